@@ -1,0 +1,22 @@
+package v1alpha1
+
+// Labels and annotations that the WorkerSet controller sets on the objects it manages, and that other
+// components (Services, the Pipeline controller, the scheduler plugin) select on.
+const (
+	// WorkerSetLabel names the WorkerSet that owns a Pod or PVC. It is the managed selector of a set.
+	WorkerSetLabel = "apps.conveyor.dev/workerset"
+	// PodNameLabel carries the Pod's own name, so that a Service can select exactly one Pod.
+	PodNameLabel = "apps.conveyor.dev/pod-name"
+	// PodIndexLabel carries the Pod's ordinal as a decimal string.
+	PodIndexLabel = "apps.conveyor.dev/pod-index"
+	// RevisionLabel carries the hash of the template revision a Pod was created from.
+	RevisionLabel = "apps.conveyor.dev/revision"
+	// LifecycleLabel marks a Pod the set is about to delete; see LifecyclePreparingDelete.
+	LifecycleLabel = "apps.conveyor.dev/lifecycle"
+	// LifecyclePreparingDelete is the value of LifecycleLabel on a Pod that is draining before a
+	// scale-down deletes it.
+	LifecyclePreparingDelete = "PreparingDelete"
+	// PreDeleteLabelPrefix starts every label that holds a PreparingDelete Pod back from deletion.
+	// The set deletes the Pod once no such label remains or the drain timeout has passed.
+	PreDeleteLabelPrefix = "predelete.conveyor.dev/"
+)
