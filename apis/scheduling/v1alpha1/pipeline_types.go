@@ -35,7 +35,7 @@ type PipelineSpec struct {
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",message="stage names must be DNS labels: lowercase letters, digits and '-', starting with a letter"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !has(self[k].next) || self[k].next.all(n, n in self))",messageExpression="'next names a worker that does not exist, in stage(s): ' + self.filter(k, has(self[k].next) && self[k].next.exists(n, !(n in self))).join(', ')"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !has(self[k].next) || self[k].next.all(n, n in self))",messageExpression="'next names a worker that does not exist, in stage ' + self.filter(k, has(self[k].next) && self[k].next.exists(n, !(n in self)))[0]"
 	Workers map[string]PipelineWorker `json:"workers"`
 }
 
