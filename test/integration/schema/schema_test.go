@@ -128,7 +128,7 @@ func TestWorkerSetSchema(t *testing.T) {
 			name:     "empty rollingUpdate gets partition 0 and maxUnavailable 1",
 			manifest: wsHeader + "spec:\n  updateStrategy: {rollingUpdate: {}}" + minimalTemplate,
 			wantFields: map[string]any{
-				"spec.updateStrategy.type":                          "RollingUpdate",
+				"spec.updateStrategy.type":                         "RollingUpdate",
 				"spec.updateStrategy.rollingUpdate.partition":      0,
 				"spec.updateStrategy.rollingUpdate.maxUnavailable": 1,
 			},

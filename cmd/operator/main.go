@@ -1,0 +1,132 @@
+// Command operator runs Conveyor's controllers in one process: a controller-runtime manager with
+// leader election, health and readiness probes, and Prometheus metrics on a secure endpoint.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerset"
+)
+
+type options struct {
+	metricsAddr             string
+	secureMetrics           bool
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionID        string
+	leaderElectionNamespace string
+	namespaces              string
+	qps                     float64
+	burst                   int
+	workerSetConcurrency    int
+}
+
+func main() {
+	opts := options{}
+	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; 0 disables it.")
+	flag.BoolVar(&opts.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization.")
+	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader through a Lease so only one replica reconciles.")
+	flag.StringVar(&opts.leaderElectionID, "leader-election-id", "conveyor-operator.conveyor.dev", "Name of the leader election Lease.")
+	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the namespace the operator runs in).")
+	flag.StringVar(&opts.namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
+	flag.Float64Var(&opts.qps, "kube-api-qps", 20, "Queries per second to the API server; 0 or less means unlimited.")
+	flag.IntVar(&opts.burst, "kube-api-burst", 30, "Burst of queries to the API server.")
+	flag.IntVar(&opts.workerSetConcurrency, "workerset-concurrency", 5, "WorkerSets reconciled at once.")
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	logConfig := textlogger.NewConfig()
+	logConfig.AddFlags(klogFlags)
+	klogFlags.VisitAll(func(f *flag.Flag) { flag.CommandLine.Var(f.Value, f.Name, f.Usage) })
+	flag.Parse()
+
+	logger := textlogger.NewLogger(logConfig)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	if err := run(opts); err != nil {
+		logger.Error(err, "Operator stopped")
+		os.Exit(1)
+	}
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, appsv1alpha1.AddToScheme, schedulingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func run(opts options) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS = float32(opts.qps)
+	cfg.Burst = opts.burst
+	if opts.qps <= 0 {
+		cfg.QPS = -1 // client-go: no rate limiter
+	}
+
+	cacheOpts := cache.Options{}
+	if opts.namespaces != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range strings.Split(opts.namespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+			}
+		}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: opts.metricsAddr, SecureServing: opts.secureMetrics}
+	if opts.secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        opts.probeAddr,
+		LeaderElection:                opts.leaderElect,
+		LeaderElectionID:              opts.leaderElectionID,
+		LeaderElectionNamespace:       opts.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := (&workerset.Reconciler{
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder("workerset-controller"),
+		MaxConcurrentReconciles: opts.workerSetConcurrency,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up workerset controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

@@ -1,0 +1,194 @@
+package workerset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+)
+
+const (
+	// ControllerName names the controller in logs, metrics and Events.
+	ControllerName = "workerset"
+
+	// podOwnerIndex indexes Pods by the name of the WorkerSet that controls them.
+	podOwnerIndex = ".metadata.workerSetController"
+
+	// expectationsRecheck is the safety net while writes are unobserved; normally the watch event
+	// of the write itself triggers the next reconcile first.
+	expectationsRecheck = 10 * time.Second
+	// conflictRequeue is how soon a reconcile that lost an update race runs again.
+	conflictRequeue = time.Second
+)
+
+// Reconciler reconciles WorkerSets.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// MaxConcurrentReconciles is how many sets reconcile at once (default 1).
+	MaxConcurrentReconciles int
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+
+	expectations *expectations
+	control      *podControl
+}
+
+// +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller, its index and its watches with the manager.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	r.expectations = newExpectations(r.Now)
+	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
+		return fmt.Errorf("index pods by workerset: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&appsv1alpha1.WorkerSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Pod{}).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Complete(r)
+}
+
+func indexPodOwner(obj client.Object) []string {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != "WorkerSet" || ref.APIVersion != appsv1alpha1.GroupVersion.String() {
+		return nil
+	}
+	return []string{ref.Name}
+}
+
+// claimToSet maps a claim carrying the workerset label to its set.
+func claimToSet(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[appsv1alpha1.WorkerSetLabel]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// Reconcile brings one WorkerSet's Pods and claims in line with its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	set := &appsv1alpha1.WorkerSet{}
+	if err := r.Get(ctx, req.NamespacedName, set); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expectations.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("workerSet", klog.KObj(set))
+	ctx = ctrl.LoggerInto(ctx, log)
+	if set.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // the garbage collector removes Pods and owned claims
+	}
+
+	s, err := r.newScope(ctx, set)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !r.expectations.Observe(s.key, s.podUIDs()) {
+		log.V(4).Info("Waiting for the cache to show earlier writes")
+		return ctrl.Result{RequeueAfter: expectationsRecheck}, nil
+	}
+
+	p := decide(s)
+	writeErr := r.control.apply(ctx, s, p)
+	status, recheck := computeStatus(s, p, writeErr)
+	result := ctrl.Result{RequeueAfter: recheck}
+	if statusErr := r.writeStatus(ctx, set, status, writeErr == nil); statusErr != nil {
+		if apierrors.IsConflict(statusErr) {
+			return ctrl.Result{RequeueAfter: conflictRequeue}, writeErr
+		}
+		return result, errors.Join(writeErr, statusErr)
+	}
+	return result, writeErr
+}
+
+// newScope reads the set's Pods and claims from the cache once.
+func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) (*scope, error) {
+	s := &scope{
+		set:      set,
+		key:      client.ObjectKeyFromObject(set),
+		pods:     map[int]*corev1.Pod{},
+		claims:   map[string]*corev1.PersistentVolumeClaim{},
+		revision: templateHash(&set.Spec.Template, set.Status.CollisionCount),
+		now:      r.Now(),
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !metav1.IsControlledBy(pod, set) {
+			continue // a Pod of an earlier set with the same name
+		}
+		if ordinal := ordinalOf(set, pod.Name); ordinal >= 0 {
+			s.pods[ordinal] = pod
+		}
+	}
+	if len(set.Spec.VolumeClaimTemplates) > 0 {
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := r.List(ctx, claims, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+			return nil, fmt.Errorf("list claims: %w", err)
+		}
+		for i := range claims.Items {
+			s.claims[claims.Items[i].Name] = &claims.Items[i]
+		}
+	}
+	return s, nil
+}
+
+// podUIDs maps the name of every Pod in the scope to its UID, leaving out terminating Pods, for
+// expectations.
+func (s *scope) podUIDs() map[string]types.UID {
+	out := make(map[string]types.UID, len(s.pods))
+	for _, pod := range s.pods {
+		if pod.DeletionTimestamp == nil {
+			out[pod.Name] = pod.UID
+		}
+	}
+	return out
+}
+
+// writeStatus writes the status once, if it changed; observedGeneration moves only on success.
+func (r *Reconciler) writeStatus(ctx context.Context, set *appsv1alpha1.WorkerSet, status appsv1alpha1.WorkerSetStatus, success bool) error {
+	if success {
+		status.ObservedGeneration = set.Generation
+	}
+	if apiequality.Semantic.DeepEqual(set.Status, status) {
+		return nil
+	}
+	patch := client.MergeFrom(set.DeepCopy())
+	set.Status = status
+	if err := r.Status().Patch(ctx, set, patch); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}

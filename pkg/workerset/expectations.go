@@ -1,0 +1,115 @@
+package workerset
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// expectationsTTL bounds how long unobserved writes block a set: after it, the controller trusts
+// the cache again (a lost watch event must not wedge a set forever).
+const expectationsTTL = 5 * time.Minute
+
+// expectations remembers, per WorkerSet, the Pods the controller created or deleted and has not yet
+// seen in its cache. While a set has any, the controller does not decide from the cache: the cache
+// may still show a Pod missing that it just created, or present that it just deleted.
+type expectations struct {
+	mu   sync.Mutex
+	now  func() time.Time
+	sets map[types.NamespacedName]*setExpectations
+}
+
+type setExpectations struct {
+	creates   map[string]struct{}    // Pod names created, not yet in the cache
+	deletes   map[types.UID]struct{} // Pod UIDs deleted, still in the cache
+	updatedAt time.Time
+}
+
+func newExpectations(now func() time.Time) *expectations {
+	return &expectations{now: now, sets: map[types.NamespacedName]*setExpectations{}}
+}
+
+func (e *expectations) entry(key types.NamespacedName) *setExpectations {
+	s, ok := e.sets[key]
+	if !ok {
+		s = &setExpectations{creates: map[string]struct{}{}, deletes: map[types.UID]struct{}{}}
+		e.sets[key] = s
+	}
+	s.updatedAt = e.now()
+	return s
+}
+
+// ExpectCreate records that the Pod name was just created.
+func (e *expectations) ExpectCreate(key types.NamespacedName, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.entry(key).creates[name] = struct{}{}
+}
+
+// ExpectDelete records that the Pod with this UID was just deleted.
+func (e *expectations) ExpectDelete(key types.NamespacedName, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.entry(key).deletes[uid] = struct{}{}
+}
+
+// CreationFailed forgets a create that the apiserver refused, so it is not waited for.
+func (e *expectations) CreationFailed(key types.NamespacedName, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sets[key]; ok {
+		delete(s.creates, name)
+	}
+}
+
+// DeletionFailed forgets a delete that the apiserver refused.
+func (e *expectations) DeletionFailed(key types.NamespacedName, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sets[key]; ok {
+		delete(s.deletes, uid)
+	}
+}
+
+// Observe settles the expectations of a set against what the cache shows now: present maps every
+// Pod name in the cache to its UID, with terminating Pods left out. It reports whether nothing is
+// outstanding, i.e. whether the cache has caught up with every write.
+func (e *expectations) Observe(key types.NamespacedName, present map[string]types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sets[key]
+	if !ok {
+		return true
+	}
+	for name := range s.creates {
+		if _, ok := present[name]; ok {
+			delete(s.creates, name)
+		}
+	}
+	live := make(map[types.UID]struct{}, len(present))
+	for _, uid := range present {
+		live[uid] = struct{}{}
+	}
+	for uid := range s.deletes {
+		if _, ok := live[uid]; !ok {
+			delete(s.deletes, uid)
+		}
+	}
+	if len(s.creates) == 0 && len(s.deletes) == 0 {
+		delete(e.sets, key)
+		return true
+	}
+	if e.now().Sub(s.updatedAt) > expectationsTTL {
+		delete(e.sets, key)
+		return true
+	}
+	return false
+}
+
+// Forget drops everything about a set (it was deleted).
+func (e *expectations) Forget(key types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.sets, key)
+}

@@ -1,0 +1,82 @@
+package workerset
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+)
+
+// computeStatus derives the whole status of a set from the scope, the plan and the error of the
+// writes (nil when every write succeeded). It also returns when to look again for a Pod that will
+// become available once it has been Ready for minReadySeconds.
+func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetStatus, time.Duration) {
+	old := s.set.Status
+	st := appsv1alpha1.WorkerSetStatus{
+		ObservedGeneration: old.ObservedGeneration,
+		CollisionCount:     old.CollisionCount,
+		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
+		UpdateRevision:     s.revision,
+		Selector:           labels.SelectorFromSet(selectorLabels(s.set)).String(),
+	}
+	var recheck time.Duration
+	for _, pod := range s.pods {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		st.Replicas++
+		if isRunningAndReady(pod) {
+			st.ReadyReplicas++
+		}
+		available, wait := isAvailable(pod, s.set.Spec.MinReadySeconds, s.now)
+		if available {
+			st.AvailableReplicas++
+		} else if wait > 0 && (recheck == 0 || wait < recheck) {
+			recheck = wait
+		}
+		if pod.Labels[appsv1alpha1.RevisionLabel] == s.revision {
+			st.UpdatedReplicas++
+		}
+	}
+	st.CurrentRevision = old.CurrentRevision
+	if st.CurrentRevision == "" || st.UpdatedReplicas == st.Replicas {
+		st.CurrentRevision = s.revision
+	}
+
+	replicas := int32(replicasOf(s.set))
+	gen := s.set.Generation
+	if st.AvailableReplicas >= replicas {
+		setCondition(&st, appsv1alpha1.WorkerSetAvailable, metav1.ConditionTrue, appsv1alpha1.ReasonAllReplicasAvailable,
+			fmt.Sprintf("%d of %d Pods are available", st.AvailableReplicas, replicas), gen)
+	} else {
+		setCondition(&st, appsv1alpha1.WorkerSetAvailable, metav1.ConditionFalse, appsv1alpha1.ReasonReplicasUnavailable,
+			fmt.Sprintf("%d of %d Pods are available", st.AvailableReplicas, replicas), gen)
+	}
+	if p.progressReason != "" {
+		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionTrue, p.progressReason, p.progressMessage, gen)
+	} else {
+		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionFalse, appsv1alpha1.ReasonReconciled,
+			fmt.Sprintf("the set has the %d Pods it asks for", replicas), gen)
+	}
+	if writeErr != nil {
+		reason := appsv1alpha1.ReasonCreateFailed
+		if isDeleteError(writeErr) {
+			reason = appsv1alpha1.ReasonDeleteFailed
+		}
+		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionTrue, reason, writeErr.Error(), gen)
+	} else {
+		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionFalse, appsv1alpha1.ReasonNoFailure,
+			"every Pod and claim write succeeded", gen)
+	}
+	return st, recheck
+}
+
+func setCondition(st *appsv1alpha1.WorkerSetStatus, typ string, status metav1.ConditionStatus, reason, message string, gen int64) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: gen,
+	})
+}
