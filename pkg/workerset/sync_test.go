@@ -1,0 +1,293 @@
+package workerset
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+)
+
+var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// setBuilder builds WorkerSets for tests: newSet("w").replicas(2).obj().
+type setBuilder struct{ set *appsv1alpha1.WorkerSet }
+
+func newSet(name string) *setBuilder {
+	return &setBuilder{set: &appsv1alpha1.WorkerSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid"), Generation: 1},
+		Spec: appsv1alpha1.WorkerSetSpec{
+			Replicas:            ptr.To[int32](1),
+			PodManagementPolicy: appsv1alpha1.ParallelPodManagement,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker:1"}}},
+			},
+		},
+	}}
+}
+
+func (b *setBuilder) replicas(n int32) *setBuilder { b.set.Spec.Replicas = &n; return b }
+func (b *setBuilder) ordered() *setBuilder {
+	b.set.Spec.PodManagementPolicy = appsv1alpha1.OrderedReadyPodManagement
+	return b
+}
+func (b *setBuilder) claims(names ...string) *setBuilder {
+	for _, n := range names {
+		b.set.Spec.VolumeClaimTemplates = append(b.set.Spec.VolumeClaimTemplates, corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		})
+	}
+	return b
+}
+func (b *setBuilder) retention(whenDeleted, whenScaled appsv1alpha1.PersistentVolumeClaimRetentionPolicyType) *setBuilder {
+	b.set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1alpha1.WorkerSetPersistentVolumeClaimRetentionPolicy{WhenDeleted: whenDeleted, WhenScaled: whenScaled}
+	return b
+}
+func (b *setBuilder) serviceName(n string) *setBuilder { b.set.Spec.ServiceName = n; return b }
+func (b *setBuilder) obj() *appsv1alpha1.WorkerSet     { return b.set }
+
+type podState int
+
+const (
+	podPending podState = iota
+	podReady
+	podFailed
+	podTerminating
+)
+
+// podsOf builds Pods of the set at the given ordinals, all in one state.
+func podsOf(set *appsv1alpha1.WorkerSet, state podState, ordinals ...int) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, o := range ordinals {
+		pod := newPod(set, o, "rev")
+		pod.UID = types.UID(fmt.Sprintf("%s-uid-%d", pod.Name, o))
+		setPodState(pod, state)
+		pods = append(pods, pod)
+	}
+	return pods
+}
+
+func setPodState(pod *corev1.Pod, state podState) {
+	switch state {
+	case podPending:
+		pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	case podReady:
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(testNow.Add(-time.Hour)),
+		}}}
+	case podFailed:
+		pod.Status = corev1.PodStatus{Phase: corev1.PodFailed}
+	case podTerminating:
+		pod.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	}
+}
+
+func scopeFor(set *appsv1alpha1.WorkerSet, pods []*corev1.Pod, claims ...*corev1.PersistentVolumeClaim) *scope {
+	s := &scope{
+		set: set, key: types.NamespacedName{Namespace: set.Namespace, Name: set.Name},
+		pods: map[int]*corev1.Pod{}, claims: map[string]*corev1.PersistentVolumeClaim{},
+		revision: "rev", now: testNow,
+	}
+	for _, p := range pods {
+		s.pods[ordinalOf(set, p.Name)] = p
+	}
+	for _, c := range claims {
+		s.claims[c.Name] = c
+	}
+	return s
+}
+
+func concat(lists ...[]*corev1.Pod) []*corev1.Pod { return slices.Concat(lists...) }
+
+func TestDecide(t *testing.T) {
+	w3 := newSet("w").replicas(3).obj()
+	w2 := newSet("w").replicas(2).obj()
+	o3 := newSet("w").replicas(3).ordered().obj()
+	o1 := newSet("w").replicas(1).ordered().obj()
+	tests := []struct {
+		name       string
+		set        *appsv1alpha1.WorkerSet
+		pods       []*corev1.Pod
+		wantCreate []string
+		wantDelete []string
+		wantReason string
+	}{
+		{"parallel creates every missing ordinal", w3, nil, []string{"w-0", "w-1", "w-2"}, nil, appsv1alpha1.ReasonScalingUp},
+		{"parallel fills a hole", w3, podsOf(w3, podReady, 0, 2), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp},
+		{"nothing to do", w3, podsOf(w3, podReady, 0, 1, 2), nil, nil, ""},
+		{"scale down from the highest ordinal", w2, podsOf(w2, podReady, 0, 1, 2, 3, 4), nil, []string{"w-4", "w-3", "w-2"}, appsv1alpha1.ReasonScalingDown},
+		{"a failed Pod is deleted, to be recreated under its name", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podFailed, 1)), nil, []string{"w-1"}, appsv1alpha1.ReasonScalingUp},
+		{"a terminating wanted Pod is waited for", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podTerminating, 1)), nil, nil, appsv1alpha1.ReasonScalingDown},
+		{"ordered creates only the first missing ordinal", o3, nil, []string{"w-0"}, nil, appsv1alpha1.ReasonScalingUp},
+		{"ordered waits for a Pod that is not Ready", o3, podsOf(o3, podPending, 0), nil, nil, appsv1alpha1.ReasonScalingUp},
+		{"ordered creates the next once the previous is Ready", o3, podsOf(o3, podReady, 0), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp},
+		{"ordered deletes one at a time, highest first", o1, podsOf(o1, podReady, 0, 1, 2), nil, []string{"w-2"}, appsv1alpha1.ReasonScalingDown},
+		{"ordered does not delete while a Pod terminates", o1, concat(podsOf(o1, podReady, 0, 1), podsOf(o1, podTerminating, 2)), nil, nil, appsv1alpha1.ReasonScalingDown},
+		{"ordered does not delete while a wanted Pod is unhealthy", o1, concat(podsOf(o1, podPending, 0), podsOf(o1, podReady, 1)), nil, nil, appsv1alpha1.ReasonScalingDown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := scopeFor(tt.set, tt.pods)
+			p := decide(s)
+			if diff := cmp.Diff(tt.wantCreate, p.createNames(), cmp.Transformer("nilEmpty", nilIfEmpty)); diff != "" {
+				t.Errorf("created (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantDelete, p.deleteNames(), cmp.Transformer("nilEmpty", nilIfEmpty)); diff != "" {
+				t.Errorf("deleted (-want +got):\n%s", diff)
+			}
+			if p.progressReason != tt.wantReason {
+				t.Errorf("progress reason %q, want %q", p.progressReason, tt.wantReason)
+			}
+			checkInvariants(t, s, p)
+		})
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+func TestNewPod(t *testing.T) {
+	set := newSet("w").replicas(3).claims("data").serviceName("workers").obj()
+	set.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, {Name: "scratch"}}
+	pod := newPod(set, 2, "abc")
+	wantLabels := map[string]string{
+		"app":                       "w",
+		appsv1alpha1.WorkerSetLabel: "w",
+		appsv1alpha1.PodNameLabel:   "w-2",
+		appsv1alpha1.PodIndexLabel:  "2",
+		appsv1alpha1.RevisionLabel:  "abc",
+	}
+	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if pod.Name != "w-2" || pod.Spec.Hostname != "w-2" || pod.Spec.Subdomain != "workers" {
+		t.Errorf("name %q hostname %q subdomain %q", pod.Name, pod.Spec.Hostname, pod.Spec.Subdomain)
+	}
+	var claimVolumes []string
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claimVolumes = append(claimVolumes, v.Name+"="+v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	if diff := cmp.Diff([]string{"data=data-w-2"}, claimVolumes); diff != "" {
+		t.Errorf("claim volumes (-want +got):\n%s", diff)
+	}
+	if len(pod.Spec.Volumes) != 2 {
+		t.Errorf("want the template's scratch volume kept and data replaced, got %d volumes", len(pod.Spec.Volumes))
+	}
+	if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != set.UID {
+		t.Errorf("controller ref %v, want the set", ref)
+	}
+	if set.Spec.Template.Labels[appsv1alpha1.PodNameLabel] != "" {
+		t.Error("newPod modified the set's template")
+	}
+}
+
+func TestOrdinalOf(t *testing.T) {
+	set := newSet("w").obj()
+	for name, want := range map[string]int{"w-0": 0, "w-12": 12, "w-": -1, "w-01": -1, "w-x": -1, "ww-1": -1, "w-1-2": -1, "w--1": -1} {
+		if got := ordinalOf(set, name); got != want {
+			t.Errorf("ordinalOf(%q) = %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestTemplateHash(t *testing.T) {
+	a := newSet("w").obj()
+	b := newSet("w").obj()
+	if templateHash(&a.Spec.Template, nil) != templateHash(&b.Spec.Template, nil) {
+		t.Error("equal templates hash differently")
+	}
+	b.Spec.Template.Spec.Containers[0].Image = "worker:2"
+	if templateHash(&a.Spec.Template, nil) == templateHash(&b.Spec.Template, nil) {
+		t.Error("different templates hash equal")
+	}
+	if templateHash(&a.Spec.Template, nil) == templateHash(&a.Spec.Template, ptr.To[int32](1)) {
+		t.Error("the collision count does not salt the hash")
+	}
+}
+
+func claimFor(set *appsv1alpha1.WorkerSet, tmpl string, ordinal int, owners ...metav1.OwnerReference) *corev1.PersistentVolumeClaim {
+	c := newClaim(set, &set.Spec.VolumeClaimTemplates[0], ordinal)
+	c.Name = claimName(tmpl, set, ordinal)
+	c.OwnerReferences = owners
+	return c
+}
+
+func TestClaimRetention(t *testing.T) {
+	const (
+		retain = appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType
+		del    = appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType
+	)
+	tests := []struct {
+		name                    string
+		whenDeleted, whenScaled appsv1alpha1.PersistentVolumeClaimRetentionPolicyType
+		// owner kinds the claim of a wanted Pod (w-0) and of a condemned Pod (w-1) should end with
+		wantWanted, wantCondemned []string
+	}{
+		{"Retain/Retain: no owners at all", retain, retain, nil, nil},
+		{"Delete/Retain: owned by the set", del, retain, []string{"WorkerSet"}, []string{"WorkerSet"}},
+		{"Retain/Delete: the condemned Pod owns its claim", retain, del, nil, []string{"Pod"}},
+		{"Delete/Delete: set, and the condemned Pod", del, del, []string{"WorkerSet"}, []string{"WorkerSet", "Pod"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			set := newSet("w").replicas(1).claims("data").retention(tt.whenDeleted, tt.whenScaled).obj()
+			pods := podsOf(set, podReady, 0, 1)
+			// Both claims start with a stale Pod owner, as after a cancelled scale-down.
+			stale := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "old", UID: "old-uid"}
+			s := scopeFor(set, pods, claimFor(set, "data", 0, stale), claimFor(set, "data", 1, stale))
+			p := decide(s)
+			got := map[string][]string{}
+			for _, u := range p.claimOwners {
+				for _, o := range u.owners {
+					got[u.claim.Name] = append(got[u.claim.Name], o.Kind)
+				}
+				if u.claim.Name == "data-w-1" && u.forPod != "w-1" {
+					t.Errorf("the condemned claim's update does not hold back the Pod's deletion: forPod %q", u.forPod)
+				}
+			}
+			if diff := cmp.Diff(tt.wantWanted, got["data-w-0"]); diff != "" {
+				t.Errorf("owners of the wanted Pod's claim (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantCondemned, got["data-w-1"]); diff != "" {
+				t.Errorf("owners of the condemned Pod's claim (-want +got):\n%s", diff)
+			}
+			checkInvariants(t, s, p)
+		})
+	}
+}
+
+func TestCreateWithClaims(t *testing.T) {
+	set := newSet("w").replicas(2).claims("data", "logs").obj()
+	// data-w-1 exists already (retained from an earlier scale-down): only the others are created.
+	s := scopeFor(set, nil, claimFor(set, "data", 1))
+	p := decide(s)
+	got := map[string][]string{}
+	for _, c := range p.creates {
+		for _, claim := range c.claims {
+			got[c.pod.Name] = append(got[c.pod.Name], claim.Name)
+		}
+	}
+	want := map[string][]string{"w-0": {"data-w-0", "logs-w-0"}, "w-1": {"logs-w-1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claims created before each Pod (-want +got):\n%s", diff)
+	}
+}
