@@ -59,11 +59,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the controller, its index and its watches with the manager.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	r.expectations = newExpectations(r.Now)
-	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
+	r.init()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("index pods by workerset: %w", err)
 	}
@@ -74,6 +70,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
+}
+
+// init prepares the reconciler's clock, expectations and writer.
+func (r *Reconciler) init() {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	r.expectations = newExpectations(r.Now)
+	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
 }
 
 func indexPodOwner(obj client.Object) []string {
