@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/scale"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerset"
+	"github.com/conveyor-dev/conveyor/test/cluster"
+)
+
+var setLoggerOnce sync.Once
+
+// startOperator runs the WorkerSet controller in this process against the cluster, watching only
+// the given namespace, until the test ends.
+func startOperator(t *testing.T, namespace string) {
+	t.Helper()
+	setLoggerOnce.Do(func() { ctrl.SetLogger(logr.Discard()) })
+	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
+		Scheme:                 cluster.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatalf("operator manager: %v", err)
+	}
+	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset-controller")}).SetupWithManager(mgr); err != nil {
+		t.Fatalf("workerset controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("operator stopped: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// createVolumePool creates n PersistentVolumes of a storage class of the test's own, so claims of
+// that class bind through kube-controller-manager's binder: kwok clusters have no provisioner.
+func createVolumePool(ctx context.Context, t *testing.T, class string, n int) {
+	t.Helper()
+	for i := range n {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", class, i)},
+			Spec: corev1.PersistentVolumeSpec{
+				StorageClassName:              class,
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + class}},
+			},
+		}
+		if err := env.Client().Create(ctx, pv); err != nil {
+			t.Fatalf("create volume %s: %v", pv.Name, err)
+		}
+		t.Cleanup(func() { _ = env.Client().Delete(context.Background(), pv) })
+	}
+}
+
+func podNames(ctx context.Context, t *testing.T, ns string) []string {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := env.Client().List(ctx, pods, client.InNamespace(ns)); err != nil {
+		t.Fatalf("list pods: %v", err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, p.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func claimNames(ctx context.Context, t *testing.T, ns string) []string {
+	t.Helper()
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := env.Client().List(ctx, claims, client.InNamespace(ns)); err != nil {
+		t.Fatalf("list claims: %v", err)
+	}
+	var out []string
+	for _, c := range claims.Items {
+		if c.DeletionTimestamp == nil {
+			out = append(out, c.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestWorkerSetOnKwok runs a WorkerSet of 5 on simulated nodes with the real scheduler, volume
+// binder, EndpointSlice controller and garbage collector.
+func TestWorkerSetOnKwok(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(ctx, t)
+	startOperator(t, ns)
+	class := ns + "-pool"
+	createVolumePool(ctx, t, class, 5)
+
+	set := &appsv1alpha1.WorkerSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
+		Spec: appsv1alpha1.WorkerSetSpec{
+			Replicas: ptr.To[int32](5),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "w"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "worker", Image: "worker:1",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				}}},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					StorageClassName: ptr.To(class),
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}},
+			PersistentVolumeClaimRetentionPolicy: &appsv1alpha1.WorkerSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType,
+			},
+		},
+	}
+	if err := env.Client().Create(ctx, set); err != nil {
+		t.Fatalf("create set: %v", err)
+	}
+
+	eventually(ctx, t, "5 Pods Ready and the set Available", func(ctx context.Context) error {
+		got := &appsv1alpha1.WorkerSet{}
+		if err := env.Client().Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
+			return err
+		}
+		if got.Status.ReadyReplicas != 5 || got.Status.AvailableReplicas != 5 {
+			return fmt.Errorf("status: replicas %d ready %d available %d", got.Status.Replicas, got.Status.ReadyReplicas, got.Status.AvailableReplicas)
+		}
+		return nil
+	})
+
+	// A Service selecting one Pod by its name label has exactly that Pod as its endpoint.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "w-3", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{appsv1alpha1.PodNameLabel: "w-3"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	if err := env.Client().Create(ctx, svc); err != nil {
+		t.Fatalf("create service: %v", err)
+	}
+	eventually(ctx, t, "the Service has exactly w-3 as its endpoint", func(ctx context.Context) error {
+		eps := &discoveryv1.EndpointSliceList{}
+		if err := env.Client().List(ctx, eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "w-3"}); err != nil {
+			return err
+		}
+		var targets []string
+		for _, s := range eps.Items {
+			for _, ep := range s.Endpoints {
+				if ep.TargetRef != nil {
+					targets = append(targets, ep.TargetRef.Name)
+				}
+			}
+		}
+		if len(targets) != 1 || targets[0] != "w-3" {
+			return fmt.Errorf("endpoints %v", targets)
+		}
+		return nil
+	})
+
+	// Scale to 2 through /scale, as the HPA would.
+	dc := discovery.NewDiscoveryClientForConfigOrDie(env.RESTConfig())
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	scales, err := scale.NewForConfig(env.RESTConfig(), mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(dc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := schema.GroupResource{Group: appsv1alpha1.GroupVersion.Group, Resource: "workersets"}
+	sc, err := scales.Scales(ns).Get(ctx, gr, "w", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get scale: %v", err)
+	}
+	if sc.Status.Selector != appsv1alpha1.WorkerSetLabel+"=w" || sc.Status.Replicas != 5 {
+		t.Fatalf("scale status %+v", sc.Status)
+	}
+	sc.Spec.Replicas = 2
+	if _, err := scales.Scales(ns).Update(ctx, gr, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update scale: %v", err)
+	}
+	eventually(ctx, t, "ordinals 4, 3, 2 and their claims are gone", func(ctx context.Context) error {
+		if got := podNames(ctx, t, ns); !slices.Equal(got, []string{"w-0", "w-1"}) {
+			return fmt.Errorf("pods %v", got)
+		}
+		if got := claimNames(ctx, t, ns); !slices.Equal(got, []string{"data-w-0", "data-w-1"}) {
+			return fmt.Errorf("claims %v (whenScaled: Delete, so the garbage collector removes the condemned Pods' claims)", got)
+		}
+		return nil
+	})
+
+	// Delete the set with whenDeleted: Retain: its Pods go, every claim stays.
+	if err := env.Client().Delete(ctx, set, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatalf("delete set: %v", err)
+	}
+	eventually(ctx, t, "the Pods are gone", func(ctx context.Context) error {
+		if got := podNames(ctx, t, ns); len(got) > 0 {
+			return fmt.Errorf("pods %v", got)
+		}
+		return nil
+	})
+	if got := claimNames(ctx, t, ns); !slices.Equal(got, []string{"data-w-0", "data-w-1"}) {
+		t.Fatalf("claims after deleting the set with whenDeleted: Retain: %v", got)
+	}
+}
