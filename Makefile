@@ -44,6 +44,7 @@ generate: manifests ## Generate deepcopy code and CRDs.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds.
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./apis/... output:crd:artifacts:config=charts/conveyor/crds
+	go run ./hack/crdpatch charts/conveyor/crds/apps.conveyor.dev_workersets.yaml
 
 .PHONY: build
 build: ## Build every package and the binaries into ./bin.

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,8 +56,10 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller, its index and its watches with the manager.
@@ -67,6 +72,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&appsv1alpha1.WorkerSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
+		Owns(&appsv1.ControllerRevision{}).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
@@ -122,10 +128,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{RequeueAfter: expectationsRecheck}, nil
 	}
 
+	if err := r.syncRevision(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	p := decide(s)
 	writeErr := r.control.apply(ctx, s, p)
 	status, recheck := computeStatus(s, p, writeErr)
+	if writeErr == nil {
+		writeErr = r.control.truncateHistory(ctx, s, status.CurrentRevision)
+	}
 	result := ctrl.Result{RequeueAfter: recheck}
+	if p.requeueAfter > 0 && (recheck == 0 || p.requeueAfter < recheck) {
+		result.RequeueAfter = p.requeueAfter
+	}
 	if statusErr := r.writeStatus(ctx, set, status, writeErr == nil); statusErr != nil {
 		if apierrors.IsConflict(statusErr) {
 			return ctrl.Result{RequeueAfter: conflictRequeue}, writeErr
@@ -138,12 +153,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // newScope reads the set's Pods and claims from the cache once.
 func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) (*scope, error) {
 	s := &scope{
-		set:      set,
-		key:      client.ObjectKeyFromObject(set),
-		pods:     map[int]*corev1.Pod{},
-		claims:   map[string]*corev1.PersistentVolumeClaim{},
-		revision: templateHash(&set.Spec.Template, set.Status.CollisionCount),
-		now:      r.Now(),
+		set:        set,
+		key:        client.ObjectKeyFromObject(set),
+		pods:       map[int]*corev1.Pod{},
+		claims:     map[string]*corev1.PersistentVolumeClaim{},
+		templates:  map[string]*corev1.PodTemplateSpec{},
+		expandable: map[string]bool{},
+		now:        r.Now(),
+	}
+	revisions := &appsv1.ControllerRevisionList{}
+	if err := r.List(ctx, revisions, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+		return nil, fmt.Errorf("list controller revisions: %w", err)
+	}
+	for i := range revisions.Items {
+		rev := &revisions.Items[i]
+		if !metav1.IsControlledBy(rev, set) {
+			continue
+		}
+		s.revisions = append(s.revisions, rev)
+		if tmpl, err := revisionTemplate(rev); err == nil {
+			s.templates[rev.Labels[appsv1alpha1.RevisionLabel]] = tmpl
+		}
 	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}); err != nil {
@@ -166,8 +196,35 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		for i := range claims.Items {
 			s.claims[claims.Items[i].Name] = &claims.Items[i]
 		}
+		classes := &storagev1.StorageClassList{}
+		if err := r.List(ctx, classes); err != nil {
+			return nil, fmt.Errorf("list storage classes: %w", err)
+		}
+		for _, c := range classes.Items {
+			s.expandable[c.Name] = ptr.Deref(c.AllowVolumeExpansion, false)
+		}
 	}
 	return s, nil
+}
+
+// syncRevision makes sure the ControllerRevision of the set's template exists and is the newest,
+// and fills in the scope's update and current revisions.
+func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
+	rp, err := planRevision(s.set, s.revisions)
+	if err != nil {
+		return err
+	}
+	if err := r.control.writeRevision(ctx, s, rp); err != nil {
+		return err
+	}
+	s.revision = rp.hash
+	s.collisionCount = rp.collisionCount
+	s.templates[rp.hash] = &s.set.Spec.Template
+	s.currentRevision = s.set.Status.CurrentRevision
+	if _, ok := s.templates[s.currentRevision]; !ok {
+		s.currentRevision = s.revision
+	}
+	return nil
 }
 
 // podUIDs maps the name of every Pod in the scope to its UID, leaving out terminating Pods, for

@@ -34,12 +34,17 @@ func checkInvariants(t *testing.T, s *scope, p *plan) {
 		}
 		seen[c.pod.Name] = true
 	}
-	for _, pod := range p.deletes {
-		o := ordinalOf(s.set, pod.Name)
-		if o < replicas && !isFinished(pod) {
-			t.Errorf("invariant: delete of wanted Pod %s that has not finished", pod.Name)
+	for _, d := range p.deletes {
+		o := ordinalOf(s.set, d.pod.Name)
+		if o < replicas && !isFinished(d.pod) && d.pod.Labels[appsv1alpha1.RevisionLabel] == s.revision {
+			t.Errorf("invariant: delete of wanted Pod %s that has not finished and is on the update revision", d.pod.Name)
+		}
+		if o >= replicas && d.reason == deleteCondemned && !isFinished(d.pod) && drainTimeout(s.set) > 0 &&
+			d.pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete {
+			t.Errorf("invariant: condemned Pod %s deleted without being drained first", d.pod.Name)
 		}
 	}
+	checkUpdateInvariants(t, s, p)
 	policy := s.set.Spec.PersistentVolumeClaimRetentionPolicy
 	for _, u := range p.claimOwners {
 		for _, ref := range u.owners {
@@ -89,11 +94,17 @@ func (w *world) apply(p *plan) {
 		pod.Status.Phase = corev1.PodPending
 		w.s.pods[ordinalOf(w.s.set, pod.Name)] = pod
 	}
-	for _, pod := range p.deletes {
-		live := w.s.pods[ordinalOf(w.s.set, pod.Name)]
-		if live != nil && live.UID == pod.UID {
+	for _, d := range p.deletes {
+		live := w.s.pods[ordinalOf(w.s.set, d.pod.Name)]
+		if live != nil && live.UID == d.pod.UID {
 			live.DeletionTimestamp = &metav1.Time{Time: testNow}
 		}
+	}
+	for _, pod := range p.drains {
+		pod.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+	}
+	for _, pod := range p.undrains {
+		delete(pod.Labels, appsv1alpha1.LifecycleLabel)
 	}
 }
 
@@ -178,4 +189,41 @@ func TestSimulatedScaling(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkUpdateInvariants asserts that a plan's update deletes never reach below the partition, and
+// that the Ready Pods a rolling update deletes never take the wanted Pods' unavailability above
+// maxUnavailable.
+func checkUpdateInvariants(t *testing.T, s *scope, p *plan) {
+	t.Helper()
+	replicas := replicasOf(s.set)
+	unavailable := 0
+	for o := range replicas {
+		pod := s.pods[o]
+		if ok, _ := isAvailable(ptrOrEmpty(pod), s.set.Spec.MinReadySeconds, s.now); pod == nil || pod.DeletionTimestamp != nil || !ok {
+			unavailable++
+		}
+	}
+	for _, d := range p.deletes {
+		o := ordinalOf(s.set, d.pod.Name)
+		if (d.reason == deleteUpdate || d.reason == deleteBrokenRollout) && s.set.Spec.UpdateStrategy.Type != appsv1alpha1.OnDeleteWorkerSetStrategyType && o < partitionOf(s.set) {
+			t.Errorf("invariant: %s below partition %d replaced (%s)", d.pod.Name, partitionOf(s.set), d.reason)
+		}
+		if d.reason == deleteUpdate {
+			if s.set.Spec.UpdateStrategy.Type == appsv1alpha1.OnDeleteWorkerSetStrategyType {
+				t.Errorf("invariant: OnDelete set had %s replaced by a rolling update", d.pod.Name)
+			}
+			unavailable++
+		}
+	}
+	if updates := len(deletesByReason(p)[deleteUpdate]); updates > 0 && unavailable > maxUnavailableOf(s.set, replicas) {
+		t.Errorf("invariant: rolling update leaves %d Pods unavailable, maxUnavailable %d", unavailable, maxUnavailableOf(s.set, replicas))
+	}
+}
+
+func ptrOrEmpty(pod *corev1.Pod) *corev1.Pod {
+	if pod == nil {
+		return &corev1.Pod{}
+	}
+	return pod
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
 // Event reasons, as the upstream StatefulSet controller names them.
@@ -21,6 +24,9 @@ const (
 	eventSuccessfulDelete = "SuccessfulDelete"
 	eventFailedDelete     = "FailedDelete"
 	eventFailedUpdate     = "FailedUpdate"
+	eventDraining         = "Draining"
+	eventDrainCancelled   = "DrainCancelled"
+	eventResized          = "ResizedClaim"
 )
 
 // slowStartInitialBatch is the size of the first batch of creates or deletes; each later batch
@@ -58,6 +64,11 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 			}
 		}
 	}
+	for _, pod := range p.undrains {
+		if err := c.cancelDrain(ctx, s, pod); err != nil {
+			errs = append(errs, err)
+		}
+	}
 
 	created, err := slowStart(len(p.creates), func(i int) error { return c.createPod(ctx, s, p.creates[i]) })
 	if err != nil {
@@ -68,14 +79,24 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 		ctrl.LoggerFrom(ctx).V(4).Info("Skipped creates after a failed batch", "skipped", len(p.creates)-created)
 	}
 
-	var deletes []*corev1.Pod
-	for _, pod := range p.deletes {
-		if !blocked[pod.Name] {
-			deletes = append(deletes, pod)
+	for _, pod := range p.drains {
+		if err := c.startDrain(ctx, s, pod); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var deletes []podDelete
+	for _, d := range p.deletes {
+		if !blocked[d.pod.Name] {
+			deletes = append(deletes, d)
 		}
 	}
 	if _, err := slowStart(len(deletes), func(i int) error { return c.deletePod(ctx, s, deletes[i]) }); err != nil {
 		errs = append(errs, err)
+	}
+	for _, r := range p.resizes {
+		if err := c.resizeClaim(ctx, s, r); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -142,16 +163,17 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate) erro
 	}
 }
 
-// deletePod deletes a condemned or finished Pod, preconditioned on its UID so a newer Pod of the
-// same name is never deleted by mistake.
-func (c *podControl) deletePod(ctx context.Context, s *scope, pod *corev1.Pod) error {
+// deletePod deletes a Pod, preconditioned on its UID so a newer Pod of the same name is never
+// deleted by mistake.
+func (c *podControl) deletePod(ctx context.Context, s *scope, d podDelete) error {
+	pod := d.pod
 	c.expectations.ExpectDelete(s.key, pod.UID)
 	err := c.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 	switch {
 	case err == nil:
-		ctrl.LoggerFrom(ctx).V(2).Info("Deleted Pod", "pod", klog.KObj(pod))
+		ctrl.LoggerFrom(ctx).V(2).Info("Deleted Pod", "pod", klog.KObj(pod), "reason", d.reason)
 		c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventSuccessfulDelete, "DeletePod",
-			"delete Pod %s in WorkerSet %s successful", pod.Name, s.set.Name)
+			"delete Pod %s in WorkerSet %s successful (%s)", pod.Name, s.set.Name, d.reason)
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Already gone, or already replaced by a newer Pod of the same name.
@@ -180,4 +202,87 @@ func (c *podControl) updateClaimOwners(ctx context.Context, s *scope, u claimOwn
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Updated claim owners", "claim", klog.KObj(claim), "owners", len(u.owners))
 	return nil
+}
+
+// startDrain marks a condemned Pod PreparingDelete and records when, so that holders of
+// predelete.conveyor.dev/ labels can move their work away before the Pod is deleted. The patch is
+// optimistic-locked: a stale copy must not restart the drain clock.
+func (c *podControl) startDrain(ctx context.Context, s *scope, pod *corev1.Pod) error {
+	patched := pod.DeepCopy()
+	patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	patched.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+	patched.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = s.now.UTC().Format(time.RFC3339)
+	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		return fmt.Errorf("mark pod %s PreparingDelete: %w", pod.Name, err)
+	}
+	c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventDraining, "DrainPod",
+		"Pod %s in WorkerSet %s is PreparingDelete: deleting it once no %s label remains, or in %s", pod.Name, s.set.Name, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+	return nil
+}
+
+// cancelDrain takes back the PreparingDelete mark of a Pod a scale-up wants again.
+func (c *podControl) cancelDrain(ctx context.Context, s *scope, pod *corev1.Pod) error {
+	patched := pod.DeepCopy()
+	patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
+	delete(patched.Labels, appsv1alpha1.LifecycleLabel)
+	delete(patched.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		return fmt.Errorf("cancel drain of pod %s: %w", pod.Name, err)
+	}
+	c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventDrainCancelled, "DrainPod",
+		"Pod %s in WorkerSet %s is wanted again: drain cancelled", pod.Name, s.set.Name)
+	return nil
+}
+
+// resizeClaim raises a claim's storage request to its template's.
+func (c *podControl) resizeClaim(ctx context.Context, s *scope, r claimResize) error {
+	patched := r.claim.DeepCopy()
+	patch := client.MergeFromWithOptions(r.claim, client.MergeFromWithOptimisticLock{})
+	patched.Spec.Resources.Requests[corev1.ResourceStorage] = r.storage
+	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		c.recorder.Eventf(s.set, r.claim, corev1.EventTypeWarning, eventFailedUpdate, "ResizeClaim",
+			"resize Claim %s in WorkerSet %s to %s failed error: %s", r.claim.Name, s.set.Name, r.storage.String(), err)
+		return fmt.Errorf("resize claim %s: %w", r.claim.Name, err)
+	}
+	c.recorder.Eventf(s.set, r.claim, corev1.EventTypeNormal, eventResized, "ResizeClaim",
+		"resize Claim %s in WorkerSet %s to %s", r.claim.Name, s.set.Name, r.storage.String())
+	return nil
+}
+
+// writeRevision creates or renumbers the ControllerRevision of the set's template.
+func (c *podControl) writeRevision(ctx context.Context, s *scope, rp *revisionPlan) error {
+	switch {
+	case rp.create != nil:
+		err := c.client.Create(ctx, rp.create)
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create controller revision %s: the cache is behind: %w", rp.create.Name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("create controller revision %s: %w", rp.create.Name, err)
+		}
+		s.revisions = append(s.revisions, rp.create)
+	case rp.renumber != nil:
+		if err := c.client.Update(ctx, rp.renumber); err != nil {
+			return fmt.Errorf("renumber controller revision %s: %w", rp.renumber.Name, err)
+		}
+	}
+	return nil
+}
+
+// truncateHistory deletes the revisions beyond revisionHistoryLimit that nothing uses.
+func (c *podControl) truncateHistory(ctx context.Context, s *scope, current string) error {
+	live := map[string]bool{s.revision: true, current: true}
+	for _, pod := range s.pods {
+		live[pod.Labels[appsv1alpha1.RevisionLabel]] = true
+	}
+	var errs []error
+	for _, rev := range historyToDelete(s.set, s.revisions, live) {
+		if err := c.client.Delete(ctx, rev); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete controller revision %s: %w", rev.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -18,7 +18,7 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 	old := s.set.Status
 	st := appsv1alpha1.WorkerSetStatus{
 		ObservedGeneration: old.ObservedGeneration,
-		CollisionCount:     old.CollisionCount,
+		CollisionCount:     s.collisionCount,
 		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
 		UpdateRevision:     s.revision,
 		Selector:           labels.SelectorFromSet(selectorLabels(s.set)).String(),
@@ -42,12 +42,15 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 			st.UpdatedReplicas++
 		}
 	}
-	st.CurrentRevision = old.CurrentRevision
-	if st.CurrentRevision == "" || st.UpdatedReplicas == st.Replicas {
+	replicas := int32(replicasOf(s.set))
+	// The rollout is complete, and the update revision becomes current, once every wanted Pod runs
+	// it; until then Pods below the partition keep the current revision.
+	st.CurrentRevision = s.currentRevision
+	if st.UpdatedReplicas == st.Replicas && st.Replicas == replicas {
 		st.CurrentRevision = s.revision
 	}
+	st.VolumeClaimTemplates = claimTemplateStatus(s)
 
-	replicas := int32(replicasOf(s.set))
 	gen := s.set.Generation
 	if st.AvailableReplicas >= replicas {
 		setCondition(&st, appsv1alpha1.WorkerSetAvailable, metav1.ConditionTrue, appsv1alpha1.ReasonAllReplicasAvailable,

@@ -3,12 +3,15 @@ package workerset
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
@@ -16,20 +19,40 @@ import (
 
 // scope is everything one reconcile of a set knows, read once from the cache.
 type scope struct {
-	set      *appsv1alpha1.WorkerSet
-	key      types.NamespacedName
-	pods     map[int]*corev1.Pod                      // the set's Pods by ordinal
-	claims   map[string]*corev1.PersistentVolumeClaim // the namespace's claims with the set's label, by name
-	revision string                                   // the update revision: the hash of the current template
-	now      time.Time
+	set    *appsv1alpha1.WorkerSet
+	key    types.NamespacedName
+	pods   map[int]*corev1.Pod                      // the set's Pods by ordinal
+	claims map[string]*corev1.PersistentVolumeClaim // the namespace's claims with the set's label, by name
+	// revision is the update revision: the hash of the current template. currentRevision is the
+	// revision Pods below the partition keep; templates holds the template of both.
+	revision, currentRevision string
+	templates                 map[string]*corev1.PodTemplateSpec
+	revisions                 []*appsv1.ControllerRevision
+	collisionCount            *int32
+	// expandable says, per StorageClass name, whether it allows volume expansion.
+	expandable map[string]bool
+	now        time.Time
 }
 
+// deleteReason says why a Pod is deleted, for Events and tests.
+type deleteReason string
+
+const (
+	deleteCondemned     deleteReason = "ScaleDown"     // above replicas, drained
+	deleteFinished      deleteReason = "Finished"      // Failed or Succeeded: replaced under its name
+	deleteUpdate        deleteReason = "RollingUpdate" // replaced with the update revision
+	deleteBrokenRollout deleteReason = "BrokenRollout" // not Ready and not on the update revision
+)
+
 // plan is what a reconcile decided to write. podcontrol.go carries it out, in this order: claim
-// owner updates, creates (claims before their Pod), deletes.
+// owners, drain cancels, creates (claims before their Pod), drain marks, deletes, claim resizes.
 type plan struct {
 	creates      []podCreate
-	deletes      []*corev1.Pod
+	deletes      []podDelete
 	claimOwners  []claimOwnerUpdate
+	drains       []*corev1.Pod // condemned Pods to mark PreparingDelete
+	undrains     []*corev1.Pod // wanted Pods whose drain a scale-up cancelled
+	resizes      []claimResize
 	requeueAfter time.Duration
 	// progress says what the set is doing, for the Progressing condition: a reason from the API
 	// package and a message, or empty when there is nothing left to do.
@@ -40,6 +63,12 @@ type plan struct {
 type podCreate struct {
 	pod    *corev1.Pod
 	claims []*corev1.PersistentVolumeClaim
+}
+
+// podDelete is a Pod to delete and why.
+type podDelete struct {
+	pod    *corev1.Pod
+	reason deleteReason
 }
 
 // claimOwnerUpdate sets the owner references of an existing claim to what the retention policy
@@ -53,8 +82,8 @@ type claimOwnerUpdate struct {
 
 func (p *plan) deleteNames() []string {
 	names := make([]string, 0, len(p.deletes))
-	for _, pod := range p.deletes {
-		names = append(names, pod.Name)
+	for _, d := range p.deletes {
+		names = append(names, d.pod.Name)
 	}
 	return names
 }
@@ -67,34 +96,59 @@ func (p *plan) createNames() []string {
 	return names
 }
 
+// requeue asks for another look after d, keeping the soonest.
+func (p *plan) requeue(d time.Duration) {
+	if d > 0 && (p.requeueAfter == 0 || d < p.requeueAfter) {
+		p.requeueAfter = d
+	}
+}
+
+func (p *plan) deleting(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(p.deletes, func(d podDelete) bool { return d.pod.UID == pod.UID })
+}
+
 func replicasOf(set *appsv1alpha1.WorkerSet) int {
 	return int(ptr.Deref(set.Spec.Replicas, 1))
 }
 
+func orderedReady(set *appsv1alpha1.WorkerSet) bool {
+	return set.Spec.PodManagementPolicy == appsv1alpha1.OrderedReadyPodManagement
+}
+
 // decide is the WorkerSet algorithm: given the set and the Pods and claims it has, which Pods and
-// claims to create, which Pods to delete, and which claim owners to change. It writes nothing.
+// claims to create, which Pods to drain or delete, and which claims to change. It writes nothing.
 func decide(s *scope) *plan {
 	p := &plan{}
-	replicas := replicasOf(s.set)
-	ordered := s.set.Spec.PodManagementPolicy == appsv1alpha1.OrderedReadyPodManagement
+	planClaimOwners(s, p)
+	waiting := planWanted(s, p)
+	condemned, draining := planCondemned(s, p, waiting)
+	pending := planUpdate(s, p, waiting)
+	planResizes(s, p)
+	planProgress(s, p, progress{condemned: condemned, draining: draining, waiting: waiting, pendingUpdate: pending})
+	return p
+}
 
-	// Claims follow the retention policy first: a claim of a wanted Pod must never be owned by the
-	// Pod (deleting a failed Pod would take its data), and a condemned Pod's claims must be owned
-	// by it before it is deleted when whenScaled is Delete.
+// planClaimOwners makes claims follow the retention policy first: a claim of a wanted Pod must
+// never be owned by the Pod (deleting a failed Pod would take its data), and a condemned Pod's
+// claims must be owned by it before it is deleted when whenScaled is Delete.
+func planClaimOwners(s *scope, p *plan) {
+	replicas := replicasOf(s.set)
 	for ordinal := range maxOrdinal(s, replicas) {
 		pod := s.pods[ordinal]
 		condemned := ordinal >= replicas
 		if condemned && (pod == nil || pod.DeletionTimestamp != nil) {
 			continue
 		}
-		for _, update := range claimOwnerUpdates(s, ordinal, pod, condemned) {
-			p.claimOwners = append(p.claimOwners, update)
-		}
+		p.claimOwners = append(p.claimOwners, claimOwnerUpdates(s, ordinal, pod, condemned)...)
 	}
+}
 
-	// Wanted ordinals: create what is missing, replace what has finished.
-	waiting := false
-	for ordinal := range replicas {
+// planWanted creates what is missing below replicas and replaces what has finished. It reports
+// whether some wanted Pod is missing, terminating or not Running and Ready, which holds back
+// OrderedReady.
+func planWanted(s *scope, p *plan) (waiting bool) {
+	ordered := orderedReady(s.set)
+	for ordinal := range replicasOf(s.set) {
 		pod, ok := s.pods[ordinal]
 		switch {
 		case !ok:
@@ -106,14 +160,25 @@ func decide(s *scope) *plan {
 		case pod.DeletionTimestamp != nil:
 			waiting = true // recreated once it is gone
 		case isFinished(pod):
-			p.deletes = append(p.deletes, pod)
+			p.deletes = append(p.deletes, podDelete{pod, deleteFinished})
 			waiting = true
-		case !isRunningAndReady(pod):
-			waiting = true
+		default:
+			if pod.Labels[appsv1alpha1.LifecycleLabel] != "" {
+				p.undrains = append(p.undrains, pod) // a scale-up cancelled its drain
+			}
+			if !isRunningAndReady(pod) {
+				waiting = true
+			}
 		}
 	}
+	return waiting
+}
 
-	// Condemned ordinals, highest first.
+// planCondemned drains and then deletes the Pods above replicas, highest ordinal first (one at a
+// time under OrderedReady, while every other Pod is healthy). It returns how many there are, and
+// how many of them are draining: being marked, or held by a predelete label.
+func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining int) {
+	replicas := replicasOf(s.set)
 	var condemned []*corev1.Pod
 	terminating := false
 	for ordinal, pod := range s.pods {
@@ -126,27 +191,174 @@ func decide(s *scope) *plan {
 		}
 	}
 	slices.SortFunc(condemned, func(a, b *corev1.Pod) int { return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name) })
-	if ordered {
-		// One at a time, and only while every other Pod is healthy and none is terminating.
-		if len(condemned) > 0 && !waiting && !terminating {
-			p.deletes = append(p.deletes, condemned[0])
+	if orderedReady(s.set) {
+		if waiting || terminating || len(condemned) == 0 {
+			return len(condemned), 0
 		}
-	} else {
-		p.deletes = append(p.deletes, condemned...)
+		condemned = condemned[:1]
 	}
+	timeout := drainTimeout(s.set)
+	for _, pod := range condemned {
+		switch {
+		case isFinished(pod) || timeout == 0:
+			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
+		case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
+			p.drains = append(p.drains, pod)
+			p.requeue(timeout)
+			draining++
+		case !hasDeleteHolds(pod):
+			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
+		default:
+			if left := drainLeft(pod, timeout, s.now); left > 0 {
+				p.requeue(left)
+				draining++
+			} else {
+				p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
+			}
+		}
+	}
+	return len(condemned), draining
+}
 
+// planUpdate replaces Pods that are not on the update revision. RollingUpdate goes from the highest
+// ordinal down to the partition, keeping at most maxUnavailable wanted Pods unavailable (one at a
+// time, all others Ready, under OrderedReady); OnDelete replaces nothing by itself. Under both, a
+// Pod that may be updated, is not on the update revision and is not Ready is replaced at once,
+// whatever maxUnavailable and the policy say: so reverting a bad template un-sticks a rollout with
+// no manual deletion (Kubernetes issue 67250). It returns how many Pods still await the update.
+func planUpdate(s *scope, p *plan, waiting bool) int {
+	replicas := replicasOf(s.set)
+	rolling := s.set.Spec.UpdateStrategy.Type != appsv1alpha1.OnDeleteWorkerSetStrategyType
+	partition := 0
+	if rolling {
+		partition = partitionOf(s.set)
+	}
+	var candidates []*corev1.Pod
+	unavailable := 0
+	for ordinal := range replicas {
+		pod := s.pods[ordinal]
+		if pod == nil || pod.DeletionTimestamp != nil || p.deleting(pod) {
+			unavailable++
+			continue
+		}
+		if ok, _ := isAvailable(pod, s.set.Spec.MinReadySeconds, s.now); !ok {
+			unavailable++
+		}
+		if ordinal >= partition && pod.Labels[appsv1alpha1.RevisionLabel] != s.revision {
+			candidates = append(candidates, pod)
+		}
+	}
+	slices.SortFunc(candidates, func(a, b *corev1.Pod) int { return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name) })
+
+	budget := maxUnavailableOf(s.set, replicas) - unavailable
+	if orderedReady(s.set) && (waiting || unavailable > 0) {
+		budget = 0
+	}
+	if orderedReady(s.set) {
+		budget = min(budget, 1)
+	}
+	for _, pod := range candidates {
+		switch {
+		case !isRunningAndReady(pod):
+			p.deletes = append(p.deletes, podDelete{pod, deleteBrokenRollout})
+		case rolling && budget > 0:
+			p.deletes = append(p.deletes, podDelete{pod, deleteUpdate})
+			budget--
+		}
+	}
+	if !rolling {
+		return 0
+	}
+	return len(candidates)
+}
+
+// progress is what the phases found still to do, for the Progressing condition.
+type progress struct {
+	condemned, draining, pendingUpdate int
+	waiting                            bool
+}
+
+// planProgress sets the Progressing reason and message: what the set is doing, or nothing.
+func planProgress(s *scope, p *plan, pr progress) {
+	replicas := replicasOf(s.set)
 	switch {
 	case len(p.creates) > 0 || countMissing(s, replicas) > 0:
 		p.progressReason = appsv1alpha1.ReasonScalingUp
 		p.progressMessage = fmt.Sprintf("%d of %d Pods exist", existing(s, replicas), replicas)
-	case len(condemned) > 0 || terminating:
+	case pr.draining > 0:
+		p.progressReason = appsv1alpha1.ReasonDraining
+		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are PreparingDelete, waiting for their %s labels to go or %s", pr.draining, replicas, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+	case pr.condemned > 0:
 		p.progressReason = appsv1alpha1.ReasonScalingDown
-		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are being deleted", len(condemned), replicas)
-	case waiting:
+		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are being deleted", pr.condemned, replicas)
+	case pr.pendingUpdate > 0:
+		p.progressReason = appsv1alpha1.ReasonRollingUpdate
+		p.progressMessage = fmt.Sprintf("%d Pods from ordinal %d up are not yet on revision %s", pr.pendingUpdate, partitionOf(s.set), s.revision)
+	case pr.waiting || anyTerminating(s):
 		p.progressReason = appsv1alpha1.ReasonScalingUp
 		p.progressMessage = fmt.Sprintf("%d of %d Pods are Running and Ready", readyCount(s, replicas), replicas)
+	case len(p.resizes) > 0:
+		p.progressReason = appsv1alpha1.ReasonResizingClaims
+		p.progressMessage = fmt.Sprintf("%d claims are being resized", len(p.resizes))
 	}
-	return p
+}
+
+func anyTerminating(s *scope) bool {
+	for _, pod := range s.pods {
+		if pod.DeletionTimestamp != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func partitionOf(set *appsv1alpha1.WorkerSet) int {
+	if ru := set.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return int(*ru.Partition)
+	}
+	return 0
+}
+
+// maxUnavailableOf resolves maxUnavailable against replicas: a number, or a percentage rounded
+// down; at least 1.
+func maxUnavailableOf(set *appsv1alpha1.WorkerSet, replicas int) int {
+	v := intstr.FromInt32(1)
+	if ru := set.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		v = *ru.MaxUnavailable
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, replicas, false)
+	if err != nil {
+		return 1
+	}
+	return max(1, n)
+}
+
+func drainTimeout(set *appsv1alpha1.WorkerSet) time.Duration {
+	seconds := int32(60)
+	if set.Spec.ScaleDown != nil && set.Spec.ScaleDown.DrainTimeoutSeconds != nil {
+		seconds = *set.Spec.ScaleDown.DrainTimeoutSeconds
+	}
+	return time.Duration(seconds) * time.Second
+}
+
+// hasDeleteHolds says some predelete.conveyor.dev/ label still holds the Pod back from deletion.
+func hasDeleteHolds(pod *corev1.Pod) bool {
+	for k := range pod.Labels {
+		if strings.HasPrefix(k, appsv1alpha1.PreDeleteLabelPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// drainLeft is how much of the drain timeout is left for a PreparingDelete Pod; an unreadable
+// start time counts as expired.
+func drainLeft(pod *corev1.Pod, timeout time.Duration, now time.Time) time.Duration {
+	since, err := time.Parse(time.RFC3339, pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
+	if err != nil {
+		return 0
+	}
+	return since.Add(timeout).Sub(now)
 }
 
 func maxOrdinal(s *scope, replicas int) int {
@@ -183,7 +395,8 @@ func readyCount(s *scope, replicas int) int {
 
 // newPodCreate builds the Pod of an ordinal and the claims it needs that do not exist yet.
 func newPodCreate(s *scope, ordinal int) podCreate {
-	c := podCreate{pod: newPod(s.set, ordinal, s.revision)}
+	revision := s.revisionFor(ordinal)
+	c := podCreate{pod: newPod(s.set, s.templates[revision], ordinal, revision)}
 	for i := range s.set.Spec.VolumeClaimTemplates {
 		name := claimName(s.set.Spec.VolumeClaimTemplates[i].Name, s.set, ordinal)
 		if _, ok := s.claims[name]; !ok {
@@ -193,10 +406,21 @@ func newPodCreate(s *scope, ordinal int) podCreate {
 	return c
 }
 
-// newPod builds the Pod of an ordinal from the set's template.
-func newPod(set *appsv1alpha1.WorkerSet, ordinal int, revision string) *corev1.Pod {
+// revisionFor is the revision a new Pod of the ordinal gets: the current revision below a
+// RollingUpdate partition, the update revision otherwise.
+func (s *scope) revisionFor(ordinal int) string {
+	if s.set.Spec.UpdateStrategy.Type != appsv1alpha1.OnDeleteWorkerSetStrategyType && ordinal < partitionOf(s.set) {
+		if _, ok := s.templates[s.currentRevision]; ok {
+			return s.currentRevision
+		}
+	}
+	return s.revision
+}
+
+// newPod builds the Pod of an ordinal from a template of the set.
+func newPod(set *appsv1alpha1.WorkerSet, template *corev1.PodTemplateSpec, ordinal int, revision string) *corev1.Pod {
 	name := podName(set, ordinal)
-	t := set.Spec.Template.DeepCopy()
+	t := template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            name,

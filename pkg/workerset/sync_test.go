@@ -66,13 +66,15 @@ const (
 	podReady
 	podFailed
 	podTerminating
+	podDrained // Ready, and PreparingDelete since testNow
+	podHeld    // drained, and held by a predelete label
 )
 
 // podsOf builds Pods of the set at the given ordinals, all in one state.
 func podsOf(set *appsv1alpha1.WorkerSet, state podState, ordinals ...int) []*corev1.Pod {
 	var pods []*corev1.Pod
 	for _, o := range ordinals {
-		pod := newPod(set, o, "rev")
+		pod := newPod(set, &set.Spec.Template, o, "rev")
 		pod.UID = types.UID(fmt.Sprintf("%s-uid-%d", pod.Name, o))
 		setPodState(pod, state)
 		pods = append(pods, pod)
@@ -92,6 +94,13 @@ func setPodState(pod *corev1.Pod, state podState) {
 		pod.Status = corev1.PodStatus{Phase: corev1.PodFailed}
 	case podTerminating:
 		pod.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
+	case podDrained, podHeld:
+		setPodState(pod, podReady)
+		pod.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+		pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: testNow.Format(time.RFC3339)}
+		if state == podHeld {
+			pod.Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
+		}
 	}
 }
 
@@ -99,7 +108,9 @@ func scopeFor(set *appsv1alpha1.WorkerSet, pods []*corev1.Pod, claims ...*corev1
 	s := &scope{
 		set: set, key: types.NamespacedName{Namespace: set.Namespace, Name: set.Name},
 		pods: map[int]*corev1.Pod{}, claims: map[string]*corev1.PersistentVolumeClaim{},
-		revision: "rev", now: testNow,
+		revision: "rev", currentRevision: "rev", now: testNow,
+		templates:  map[string]*corev1.PodTemplateSpec{"rev": &set.Spec.Template},
+		expandable: map[string]bool{},
 	}
 	for _, p := range pods {
 		s.pods[ordinalOf(set, p.Name)] = p
@@ -124,19 +135,24 @@ func TestDecide(t *testing.T) {
 		wantCreate []string
 		wantDelete []string
 		wantReason string
+		wantDrain  []string
 	}{
-		{"parallel creates every missing ordinal", w3, nil, []string{"w-0", "w-1", "w-2"}, nil, appsv1alpha1.ReasonScalingUp},
-		{"parallel fills a hole", w3, podsOf(w3, podReady, 0, 2), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp},
-		{"nothing to do", w3, podsOf(w3, podReady, 0, 1, 2), nil, nil, ""},
-		{"scale down from the highest ordinal", w2, podsOf(w2, podReady, 0, 1, 2, 3, 4), nil, []string{"w-4", "w-3", "w-2"}, appsv1alpha1.ReasonScalingDown},
-		{"a failed Pod is deleted, to be recreated under its name", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podFailed, 1)), nil, []string{"w-1"}, appsv1alpha1.ReasonScalingUp},
-		{"a terminating wanted Pod is waited for", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podTerminating, 1)), nil, nil, appsv1alpha1.ReasonScalingDown},
-		{"ordered creates only the first missing ordinal", o3, nil, []string{"w-0"}, nil, appsv1alpha1.ReasonScalingUp},
-		{"ordered waits for a Pod that is not Ready", o3, podsOf(o3, podPending, 0), nil, nil, appsv1alpha1.ReasonScalingUp},
-		{"ordered creates the next once the previous is Ready", o3, podsOf(o3, podReady, 0), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp},
-		{"ordered deletes one at a time, highest first", o1, podsOf(o1, podReady, 0, 1, 2), nil, []string{"w-2"}, appsv1alpha1.ReasonScalingDown},
-		{"ordered does not delete while a Pod terminates", o1, concat(podsOf(o1, podReady, 0, 1), podsOf(o1, podTerminating, 2)), nil, nil, appsv1alpha1.ReasonScalingDown},
-		{"ordered does not delete while a wanted Pod is unhealthy", o1, concat(podsOf(o1, podPending, 0), podsOf(o1, podReady, 1)), nil, nil, appsv1alpha1.ReasonScalingDown},
+		{"parallel creates every missing ordinal", w3, nil, []string{"w-0", "w-1", "w-2"}, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"parallel fills a hole", w3, podsOf(w3, podReady, 0, 2), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"nothing to do", w3, podsOf(w3, podReady, 0, 1, 2), nil, nil, "", nil},
+		{"scale down marks the condemned Pods PreparingDelete first", w2, podsOf(w2, podReady, 0, 1, 2, 3, 4), nil, nil, appsv1alpha1.ReasonDraining, []string{"w-4", "w-3", "w-2"}},
+		{"drained Pods without holds go, highest ordinal first", w2, concat(podsOf(w2, podReady, 0, 1), podsOf(w2, podDrained, 2, 3, 4)), nil, []string{"w-4", "w-3", "w-2"}, appsv1alpha1.ReasonScalingDown, nil},
+		{"a held Pod waits for its hold", w2, concat(podsOf(w2, podReady, 0, 1), podsOf(w2, podHeld, 2)), nil, nil, appsv1alpha1.ReasonDraining, nil},
+		{"a scale-up cancels a drain", w3, concat(podsOf(w3, podReady, 0, 1), podsOf(w3, podHeld, 2)), nil, nil, "", nil},
+		{"a failed Pod is deleted, to be recreated under its name", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podFailed, 1)), nil, []string{"w-1"}, appsv1alpha1.ReasonScalingUp, nil},
+		{"a terminating wanted Pod is waited for", w2, concat(podsOf(w2, podReady, 0), podsOf(w2, podTerminating, 1)), nil, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"ordered creates only the first missing ordinal", o3, nil, []string{"w-0"}, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"ordered waits for a Pod that is not Ready", o3, podsOf(o3, podPending, 0), nil, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"ordered creates the next once the previous is Ready", o3, podsOf(o3, podReady, 0), []string{"w-1"}, nil, appsv1alpha1.ReasonScalingUp, nil},
+		{"ordered drains one at a time, highest first", o1, podsOf(o1, podReady, 0, 1, 2), nil, nil, appsv1alpha1.ReasonDraining, []string{"w-2"}},
+		{"ordered deletes the drained highest ordinal", o1, concat(podsOf(o1, podReady, 0, 1), podsOf(o1, podDrained, 2)), nil, []string{"w-2"}, appsv1alpha1.ReasonScalingDown, nil},
+		{"ordered does not delete while a Pod terminates", o1, concat(podsOf(o1, podReady, 0, 1), podsOf(o1, podTerminating, 2)), nil, nil, appsv1alpha1.ReasonScalingDown, nil},
+		{"ordered does not delete while a wanted Pod is unhealthy", o1, concat(podsOf(o1, podPending, 0), podsOf(o1, podDrained, 1)), nil, nil, appsv1alpha1.ReasonScalingDown, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +163,13 @@ func TestDecide(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantDelete, p.deleteNames(), cmp.Transformer("nilEmpty", nilIfEmpty)); diff != "" {
 				t.Errorf("deleted (-want +got):\n%s", diff)
+			}
+			var drained []string
+			for _, pod := range p.drains {
+				drained = append(drained, pod.Name)
+			}
+			if diff := cmp.Diff(tt.wantDrain, drained, cmp.Transformer("nilEmpty", nilIfEmpty)); diff != "" {
+				t.Errorf("drained (-want +got):\n%s", diff)
 			}
 			if p.progressReason != tt.wantReason {
 				t.Errorf("progress reason %q, want %q", p.progressReason, tt.wantReason)
@@ -166,7 +189,7 @@ func nilIfEmpty(s []string) []string {
 func TestNewPod(t *testing.T) {
 	set := newSet("w").replicas(3).claims("data").serviceName("workers").obj()
 	set.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, {Name: "scratch"}}
-	pod := newPod(set, 2, "abc")
+	pod := newPod(set, &set.Spec.Template, 2, "abc")
 	wantLabels := map[string]string{
 		"app":                       "w",
 		appsv1alpha1.WorkerSetLabel: "w",

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,7 +72,8 @@ type Options struct {
 	DisableQPSLimits bool
 
 	// ExtraArgs are appended to the `kwokctl create cluster` command line, e.g.
-	// "--extra-args=kube-apiserver=v=4" or "--kube-feature-gates=Foo=true".
+	// "--extra-args=kube-apiserver=v=4" or "--kube-feature-gates=Foo=true". Do not --enable an
+	// optional component (prometheus, metrics-server, ...): kwokctl would try to download it.
 	ExtraArgs []string
 
 	// Logf, when set, receives progress messages. Defaults to discarding them.
@@ -99,7 +102,6 @@ type Cluster struct {
 
 	stopOnce sync.Once
 	stopErr  error
-	detached bool
 }
 
 // Scheme returns a new scheme with the client-go types, the CRD types and both conveyor API groups.
@@ -202,9 +204,39 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// kwokctlConfig is kwokctl's configuration file, $KWOK_WORKDIR/kwok.yaml, which it reads by
+// default. It holds what has no flag of `kwokctl create cluster`: the etcd peer port, the address
+// to bind (loopback only), and the tools kwokctl would otherwise download on demand (kubectl to
+// probe the apiserver; etcdctl, etcdutl and kectl only for snapshots, which the harness does not
+// take: pointing them at ./bin makes kwokctl fail instead of downloading).
+const kwokctlConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  etcdPeerPort: %d
+  kubectlBinary: %q
+  etcdctlBinary: %q
+  etcdutlBinary: %q
+  kectlBinary: %q
+`
+
 // create runs `kwokctl create cluster`.
 func (c *Cluster) create(ctx context.Context) error {
 	bin := func(name string) string { return filepath.Join(c.binDir, name) }
+
+	// kwokctl picks ports by counting down from 32767 and probing each, and only avoids the ports
+	// of clusters in the same KWOK_WORKDIR: clusters started at the same time in different work
+	// directories all get the same ports. The kernel's choice, with all six held at once, is unique.
+	ports, err := freePorts(6)
+	if err != nil {
+		return fmt.Errorf("cluster: choosing ports: %w", err)
+	}
+	config := fmt.Sprintf(kwokctlConfig, ports[0], bin("kubectl"), bin("etcdctl"), bin("etcdutl"), bin("kectl"))
+	if err := os.WriteFile(filepath.Join(c.workdir, "kwok.yaml"), []byte(config), 0o644); err != nil {
+		return err
+	}
+
 	args := []string{
 		"--name", c.name,
 		"create", "cluster",
@@ -214,6 +246,11 @@ func (c *Cluster) create(ctx context.Context) error {
 		"--kube-controller-manager-binary", bin("kube-controller-manager"),
 		"--kube-scheduler-binary", bin("kube-scheduler"),
 		"--kwok-controller-binary", bin("kwok"),
+		"--etcd-port", strconv.Itoa(ports[1]),
+		"--kube-apiserver-port", strconv.Itoa(ports[2]),
+		"--kube-controller-manager-port", strconv.Itoa(ports[3]),
+		"--kube-scheduler-port", strconv.Itoa(ports[4]),
+		"--controller-port", strconv.Itoa(ports[5]),
 		"--kubeconfig", c.kubeconfig,
 		"--timeout", createTimeout.String(),
 	}
@@ -272,8 +309,8 @@ func (c *Cluster) environ() []string {
 	return append(env,
 		"KWOK_WORKDIR="+c.workdir,
 		"KWOK_RUNTIME=binary",
-		// kwokctl runs kubectl to check the apiserver; it takes the first kubectl on PATH and
-		// would download one if there were none. Both settings point it at ours.
+		// kwokctl runs kubectl to check the apiserver; it takes the first kubectl on PATH, else
+		// kubectlBinary, which it would download if it were a URL. Both point at ours.
 		"KWOK_KUBECTL_BINARY="+filepath.Join(c.binDir, "kubectl"),
 		"PATH="+c.binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+c.kubeconfig,
@@ -289,7 +326,17 @@ func (c *Cluster) waitHealthy(ctx context.Context) error {
 	err := Poll(ctx, healthyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		body, err := c.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
-			return false, fmt.Errorf("/readyz: %w: %s", err, body)
+			// The body lists every check; keep the failing ones.
+			var failing []string
+			for line := range strings.Lines(string(body)) {
+				if strings.HasPrefix(line, "[-]") {
+					failing = append(failing, strings.TrimSpace(line))
+				}
+			}
+			if len(failing) > 0 {
+				return false, fmt.Errorf("/readyz: %s", strings.Join(failing, ", "))
+			}
+			return false, fmt.Errorf("/readyz: %w", err)
 		}
 		return true, nil
 	})
@@ -358,7 +405,6 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // the directory.
 func (c *Cluster) Detach() {
 	c.stopOnce.Do(func() {
-		c.detached = true
 		if c.watchdog != nil {
 			c.watchdog.disarm()
 		}
@@ -387,8 +433,8 @@ func (c *Cluster) stop() error {
 		}
 	}
 
-	// Whatever is left: recorded pids (still running in our directory, so not a reused pid) and
-	// any process whose working directory or command line is inside our directory.
+	// Whatever is left: the recorded pids and any other process started from an executable in our
+	// directory.
 	exclude := map[int]bool{os.Getpid(): true}
 	if c.watchdog != nil {
 		exclude[c.watchdog.pid()] = true
@@ -487,4 +533,24 @@ func defaultNodeCapacity(capacity corev1.ResourceList) corev1.ResourceList {
 		out[k] = v.DeepCopy()
 	}
 	return out
+}
+
+// freePorts returns n distinct TCP ports that are free on every interface right now.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

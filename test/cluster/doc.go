@@ -6,11 +6,21 @@
 //
 // # Isolation
 //
-// Every cluster gets a private temporary directory that is kwokctl's KWOK_WORKDIR (its cluster
-// state, PKI, etcd data, pid files and component logs live under it), a unique name, random ports
-// and a private kubeconfig inside that directory: the user's ~/.kube/config, ~/.kube/cache and
-// ~/.kwok are never read or written. Several clusters can run at once, e.g. from test packages that
-// `go test ./...` runs in parallel.
+// Every cluster gets a private temporary directory that is kwokctl's KWOK_WORKDIR (its
+// configuration, cluster state, PKI, etcd data, pid files and component logs live under it), a
+// unique name, ports chosen by the kernel and a private kubeconfig inside that directory: the
+// user's ~/.kube/config, ~/.kube/cache and ~/.kwok are never read or written. Every component binds
+// to 127.0.0.1 only. Several clusters can run at once, e.g. from test packages that `go test ./...`
+// runs in parallel.
+//
+// # No downloads
+//
+// kwokctl fetches whatever binary it is not given. The harness gives it etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and the kwok controller as flags, and kubectl (which
+// kwokctl runs to probe the apiserver, taking the first one on PATH) through its configuration file
+// and PATH; etcdctl, etcdutl and kectl, needed only by kwokctl's snapshot commands, point into the
+// bin directory too, so kwokctl fails rather than downloads. No optional component (Prometheus,
+// metrics-server, Jaeger, dashboard) is enabled.
 //
 // # Teardown
 //

@@ -29,27 +29,22 @@ func readPidFiles(clusterDir string) []int {
 	return pids
 }
 
-// haveProc says whether /proc can tell a process's working directory and command line.
+// haveProc says whether /proc can tell a process's command line.
 func haveProc() bool {
-	_, err := os.Stat("/proc/self/cwd")
+	_, err := os.Stat("/proc/self/cmdline")
 	return err == nil
 }
 
-// processInDir says whether a process runs in dir or names dir on its command line. Every
-// component kwokctl starts has the cluster's directory as its working directory, and its binary
-// is a symlink inside it.
+// processInDir says whether a process was started from an executable under dir: kwokctl starts
+// every component through a symlink in the cluster's directory (<clusterDir>/bin/<component>),
+// which is its argv[0]. A shell that merely works in the directory does not match.
 func processInDir(pid int, dir string) bool {
-	proc := "/proc/" + strconv.Itoa(pid)
-	if cwd, err := os.Readlink(proc + "/cwd"); err == nil {
-		cwd = strings.TrimSuffix(cwd, " (deleted)")
-		if cwd == dir || strings.HasPrefix(cwd, dir+"/") {
-			return true
-		}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
 	}
-	if cmdline, err := os.ReadFile(proc + "/cmdline"); err == nil {
-		return bytes.Contains(cmdline, []byte(dir+"/"))
-	}
-	return false
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	return bytes.HasPrefix(argv0, []byte(dir+"/"))
 }
 
 // processesInDir lists the processes for which processInDir holds.
@@ -89,8 +84,8 @@ func alive(pid int) bool {
 }
 
 // killProcesses SIGKILLs (with their process groups, when they lead one) the recorded pids that
-// still run in dir and every other process that runs in dir, except the excluded ones, and waits
-// until they are gone.
+// still run an executable of dir (so the pid was not reused) and every other process that does,
+// except the excluded ones, and waits until they are gone.
 func killProcesses(dir string, recorded []int, exclude map[int]bool, timeout time.Duration) error {
 	procOK := haveProc()
 	self := syscall.Getpgrp()

@@ -20,3 +20,7 @@ const (
 	// The set deletes the Pod once no such label remains or the drain timeout has passed.
 	PreDeleteLabelPrefix = "predelete.conveyor.dev/"
 )
+
+// PreparingDeleteSinceAnnotation records, in RFC 3339, when the set marked a Pod PreparingDelete;
+// the drain timeout counts from it.
+const PreparingDeleteSinceAnnotation = "apps.conveyor.dev/preparing-delete-since"

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -42,6 +43,8 @@ const (
 
 // WorkerSetSpec is the desired state of a WorkerSet.
 // +kubebuilder:validation:XValidation:rule="!has(self.volumeClaimTemplates) || self.volumeClaimTemplates.all(t, has(t.metadata) && has(t.metadata.name) && size(t.metadata.name) > 0)",message="every volumeClaimTemplate needs metadata.name"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.volumeClaimTemplates) == has(self.volumeClaimTemplates) && (!has(self.volumeClaimTemplates) || (self.volumeClaimTemplates.size() == oldSelf.volumeClaimTemplates.size() && self.volumeClaimTemplates.all(t, oldSelf.volumeClaimTemplates.exists(o, o.metadata.name == t.metadata.name))))",message="volumeClaimTemplates may not be added, removed or renamed"
+// +kubebuilder:validation:XValidation:rule="!has(self.volumeClaimTemplates) || !has(oldSelf.volumeClaimTemplates) || self.volumeClaimTemplates.all(t, oldSelf.volumeClaimTemplates.all(o, o.metadata.name != t.metadata.name || (has(o.spec.accessModes) == has(t.spec.accessModes) && (!has(o.spec.accessModes) || o.spec.accessModes == t.spec.accessModes) && has(o.spec.storageClassName) == has(t.spec.storageClassName) && (!has(o.spec.storageClassName) || o.spec.storageClassName == t.spec.storageClassName) && has(o.spec.volumeMode) == has(t.spec.volumeMode) && (!has(o.spec.volumeMode) || o.spec.volumeMode == t.spec.volumeMode) && has(o.spec.volumeName) == has(t.spec.volumeName) && (!has(o.spec.volumeName) || o.spec.volumeName == t.spec.volumeName))))",message="volumeClaimTemplates: accessModes, storageClassName, volumeMode and volumeName cannot change; raise spec.resources.requests.storage to resize claims"
 type WorkerSetSpec struct {
 	// replicas is the number of worker Pods. It is the field the /scale subresource and the
 	// HorizontalPodAutoscaler change.
@@ -60,7 +63,7 @@ type WorkerSetSpec struct {
 	// the Pod, and mounted as the volume of the same name.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:MaxItems=4
 	VolumeClaimTemplates []corev1.PersistentVolumeClaim `json:"volumeClaimTemplates,omitempty"`
 
 	// serviceName names a headless Service in the set's namespace. When set, every Pod gets
@@ -204,6 +207,13 @@ type WorkerSetStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
+	// volumeClaimTemplates reports, per template, how far its claims have come to the template's
+	// storage request.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	VolumeClaimTemplates []VolumeClaimTemplateStatus `json:"volumeClaimTemplates,omitempty"`
+
 	// conditions are Available, Progressing and ReplicaFailure.
 	// +optional
 	// +listType=map
@@ -211,6 +221,35 @@ type WorkerSetStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// VolumeClaimTemplateStatus is the resize progress of one volumeClaimTemplate's claims.
+type VolumeClaimTemplateStatus struct {
+	// name is the volumeClaimTemplate's name.
+	// +required
+	Name string `json:"name"`
+
+	// storage is the template's storage request, which every claim is brought up to.
+	// +optional
+	Storage resource.Quantity `json:"storage,omitempty"`
+
+	// claims is the number of existing claims made from the template.
+	// +optional
+	Claims int32 `json:"claims"`
+
+	// updated is the number of claims whose spec requests at least storage.
+	// +optional
+	Updated int32 `json:"updated"`
+
+	// resized is the number of claims whose status.capacity is at least storage: the volume
+	// itself has grown.
+	// +optional
+	Resized int32 `json:"resized"`
+
+	// notExpandable is the number of claims below storage whose StorageClass does not allow volume
+	// expansion; they are left as they are.
+	// +optional
+	NotExpandable int32 `json:"notExpandable,omitempty"`
 }
 
 // Condition types of a WorkerSet.
@@ -238,6 +277,13 @@ const (
 	// ReasonReconciled: the set has the Pods it asks for, at the update revision where the strategy
 	// wants them.
 	ReasonReconciled = "Reconciled"
+	// ReasonDraining: Pods above replicas are PreparingDelete, waiting for their predelete holds
+	// to be released or the drain timeout to pass.
+	ReasonDraining = "Draining"
+	// ReasonRolloutPaused: the update stops at the partition; Pods below it keep their revision.
+	ReasonRolloutPaused = "RolloutPaused"
+	// ReasonResizingClaims: claims are being patched to a larger volumeClaimTemplate storage request.
+	ReasonResizingClaims = "ResizingClaims"
 	// ReasonCreateFailed: creating a Pod or PVC failed; the message has the API error.
 	ReasonCreateFailed = "CreateFailed"
 	// ReasonDeleteFailed: deleting a Pod failed; the message has the API error.

@@ -1,0 +1,204 @@
+package workerset
+
+import (
+	"time"
+
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+)
+
+func (b *setBuilder) rolling(partition int32, maxUnavailable intstr.IntOrString) *setBuilder {
+	b.set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{
+		Type:          appsv1alpha1.RollingUpdateWorkerSetStrategyType,
+		RollingUpdate: &appsv1alpha1.RollingUpdateWorkerSetStrategy{Partition: &partition, MaxUnavailable: &maxUnavailable},
+	}
+	return b
+}
+
+func (b *setBuilder) onDelete() *setBuilder {
+	b.set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{Type: appsv1alpha1.OnDeleteWorkerSetStrategyType}
+	return b
+}
+
+// atRevision puts Pods on a revision other than the scope's update revision "rev".
+func atRevision(rev string, pods []*corev1.Pod) []*corev1.Pod {
+	for _, p := range pods {
+		p.Labels[appsv1alpha1.RevisionLabel] = rev
+	}
+	return pods
+}
+
+func deletesByReason(p *plan) map[deleteReason][]string {
+	out := map[deleteReason][]string{}
+	for _, d := range p.deletes {
+		out[d.reason] = append(out[d.reason], d.pod.Name)
+	}
+	return out
+}
+
+func TestDecideUpdate(t *testing.T) {
+	two := intstr.FromInt32(2)
+	one := intstr.FromInt32(1)
+	forty := intstr.FromString("40%")
+	r5 := newSet("w").replicas(5).rolling(0, two).obj()
+	p3 := newSet("w").replicas(5).rolling(3, one).obj()
+	pc5 := newSet("w").replicas(5).rolling(0, forty).obj()
+	o5 := newSet("w").replicas(5).ordered().rolling(0, two).obj()
+	d5 := newSet("w").replicas(5).onDelete().obj()
+	tests := []struct {
+		name string
+		set  *appsv1alpha1.WorkerSet
+		pods []*corev1.Pod
+		want map[deleteReason][]string
+	}{
+		{"highest ordinals first, maxUnavailable at a time", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{deleteUpdate: {"w-4", "w-3"}}},
+		{"a percentage rounds down: 40% of 5 is 2", pc5, atRevision("old", podsOf(pc5, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{deleteUpdate: {"w-4", "w-3"}}},
+		{"an unavailable updated Pod uses up the budget", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), podsOf(r5, podPending, 4)),
+			map[deleteReason][]string{deleteUpdate: {"w-3"}}},
+		{"the partition keeps lower ordinals", p3, atRevision("old", podsOf(p3, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{deleteUpdate: {"w-4"}}},
+		{"nothing below the partition, even broken", p3, concat(atRevision("old", podsOf(p3, podPending, 0, 1, 2)), podsOf(p3, podReady, 3, 4)),
+			map[deleteReason][]string{}},
+		{"broken rollout: a not-Ready old Pod goes at once, beyond maxUnavailable", r5,
+			concat(podsOf(r5, podReady, 0), atRevision("bad", podsOf(r5, podPending, 1, 2, 3, 4))),
+			map[deleteReason][]string{deleteBrokenRollout: {"w-4", "w-3", "w-2", "w-1"}}},
+		{"ordered: one at a time while all are Ready", o5, atRevision("old", podsOf(o5, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{deleteUpdate: {"w-4"}}},
+		{"ordered: broken rollout un-sticks with no manual deletion", o5, concat(podsOf(o5, podReady, 0, 1, 2, 3), atRevision("bad", podsOf(o5, podPending, 4))),
+			map[deleteReason][]string{deleteBrokenRollout: {"w-4"}}},
+		{"OnDelete replaces nothing that is Ready", d5, atRevision("old", podsOf(d5, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{}},
+		{"OnDelete: a broken Pod off the update revision is replaced", d5, concat(atRevision("old", podsOf(d5, podReady, 0, 1, 2, 3)), atRevision("bad", podsOf(d5, podPending, 4))),
+			map[deleteReason][]string{deleteBrokenRollout: {"w-4"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := scopeFor(tt.set, tt.pods)
+			p := decide(s)
+			if diff := cmp.Diff(tt.want, deletesByReason(p)); diff != "" {
+				t.Errorf("deletes (-want +got):\n%s", diff)
+			}
+			checkInvariants(t, s, p)
+		})
+	}
+}
+
+func TestNewPodsBelowThePartitionKeepTheCurrentRevision(t *testing.T) {
+	set := newSet("w").replicas(4).rolling(2, intstr.FromInt32(1)).obj()
+	old := set.Spec.Template.DeepCopy()
+	old.Spec.Containers[0].Image = "worker:0"
+	s := scopeFor(set, nil)
+	s.currentRevision = "old"
+	s.templates["old"] = old
+	got := map[string]string{}
+	for _, c := range decide(s).creates {
+		got[c.pod.Name] = c.pod.Labels[appsv1alpha1.RevisionLabel] + " " + c.pod.Spec.Containers[0].Image
+	}
+	want := map[string]string{"w-0": "old worker:0", "w-1": "old worker:0", "w-2": "rev worker:1", "w-3": "rev worker:1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("new Pods (-want +got):\n%s", diff)
+	}
+}
+
+// TestSimulatedRollout rolls random template changes through random sets, with Pods that become
+// Ready slowly and a bad revision that never does, checking after every step that a rolling
+// update never takes more than maxUnavailable Pods down, never touches the partition, and ends
+// with every Pod from the partition up on the update revision once a good template is back.
+func TestSimulatedRollout(t *testing.T) {
+	for seed := range uint64(30) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			replicas := int32(3 + rng.IntN(8))
+			partition := int32(rng.IntN(3))
+			maxU := intstr.FromInt32(int32(1 + rng.IntN(3)))
+			b := newSet("w").replicas(replicas).rolling(partition, maxU)
+			if rng.IntN(2) == 0 {
+				b = b.ordered()
+			}
+			set := b.obj()
+			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
+			w.s.templates["bad"] = set.Spec.Template.DeepCopy()
+			converge := func() {
+				for range 200 {
+					p := decide(w.s)
+					checkInvariants(t, w.s, p)
+					w.apply(p)
+					w.stepRollout()
+				}
+			}
+			converge()
+			// Roll to a bad template whose Pods never become Ready, then back to a good one.
+			for _, rev := range []string{"bad", "v2"} {
+				w.s.currentRevision = w.s.revision
+				w.s.revision = rev
+				w.s.templates[rev] = set.Spec.Template.DeepCopy()
+				for range 30 {
+					p := decide(w.s)
+					checkInvariants(t, w.s, p)
+					w.apply(p)
+					w.stepRollout()
+				}
+			}
+			converge()
+			for o := range int(replicas) {
+				pod := w.s.pods[o]
+				if pod == nil || !isRunningAndReady(pod) {
+					t.Fatalf("ordinal %d not Ready after the revert: %v", o, pod)
+				}
+				if o >= int(partition) && pod.Labels[appsv1alpha1.RevisionLabel] != "v2" {
+					t.Fatalf("ordinal %d at revision %s after the revert, want v2", o, pod.Labels[appsv1alpha1.RevisionLabel])
+				}
+				if o < int(partition) && pod.Labels[appsv1alpha1.RevisionLabel] == "bad" {
+					t.Fatalf("ordinal %d below the partition got the bad revision", o)
+				}
+			}
+		})
+	}
+}
+
+// stepRollout is step for rollouts: Pods of the bad revision never become Ready; no failures.
+func (w *world) stepRollout() {
+	for o, pod := range w.s.pods {
+		switch {
+		case pod.DeletionTimestamp != nil:
+			delete(w.s.pods, o)
+		case pod.Status.Phase == corev1.PodPending && pod.Labels[appsv1alpha1.RevisionLabel] != "bad" && w.rng.IntN(2) == 0:
+			setPodState(pod, podReady)
+		}
+	}
+}
+
+func TestDrain(t *testing.T) {
+	set := newSet("w").replicas(3).obj()
+	s := scopeFor(set, concat(podsOf(set, podReady, 0, 1), podsOf(set, podHeld, 2)))
+	p := decide(s)
+	if len(p.undrains) != 1 || p.undrains[0].Name != "w-2" || len(p.deletes) != 0 {
+		t.Errorf("a scale-up must cancel w-2's drain and delete nothing: undrains %v deletes %v", p.undrains, p.deleteNames())
+	}
+
+	set = newSet("w").replicas(2).obj()
+	s = scopeFor(set, concat(podsOf(set, podReady, 0, 1), podsOf(set, podHeld, 2)))
+	p = decide(s)
+	if len(p.deletes) != 0 || p.requeueAfter != 60*time.Second {
+		t.Errorf("a held Pod must wait out the 60s timeout: deletes %v requeue %v", p.deleteNames(), p.requeueAfter)
+	}
+	s.now = testNow.Add(61 * time.Second)
+	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) {
+		t.Errorf("after the drain timeout the held Pod must go: deletes %v", p.deleteNames())
+	}
+
+	set.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: new(int32)}
+	s = scopeFor(set, podsOf(set, podReady, 0, 1, 2))
+	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) || len(p.drains) != 0 {
+		t.Errorf("drainTimeoutSeconds 0 deletes at once: deletes %v drains %d", p.deleteNames(), len(p.drains))
+	}
+}
