@@ -99,11 +99,17 @@ demo: tools ## Start a local control plane, apply examples/, print them; KEEP=1 
 
 .PHONY: tools control-plane
 tools: control-plane $(KWOKCTL) $(HELM) $(CONTROLLER_GEN) ## Build every pinned tool the tests and demo need.
-control-plane: $(BIN)/.k8s-$(K8S_VERSION) $(BIN)/.etcd-$(ETCD_VERSION) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
+control-plane: $(BIN)/.k8s-$(K8S_VERSION)-versioned $(BIN)/.etcd-$(ETCD_VERSION) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
 
-$(BIN)/.k8s-$(K8S_VERSION):
+# Stamp the version into the binaries, or they report v0.0.0-master and fail version checks (Helm's
+# kubeVersion, for one).
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 2,$(subst ., ,$(subst v,v ,$(K8S_VERSION)))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 3,$(subst ., ,$(subst v,v ,$(K8S_VERSION)))) \
+	-X k8s.io/component-base/version.gitTreeState=clean
+$(BIN)/.k8s-$(K8S_VERSION)-versioned:
 	@mkdir -p $(BIN)
-	go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+	go build -ldflags "$(K8S_LDFLAGS)" -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 	@touch $@
 
 $(BIN)/.etcd-$(ETCD_VERSION):

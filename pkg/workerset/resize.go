@@ -49,6 +49,11 @@ func planResizes(s *scope, p *plan) {
 			continue
 		}
 		for _, claim := range templateClaims(s, tmpl) {
+			// The apiserver only lets a bound claim grow; an unbound one is resized once bound
+			// (the claim watch brings the set back then).
+			if claim.Status.Phase != corev1.ClaimBound {
+				continue
+			}
 			have, ok := storageOf(claim.Spec.Resources.Requests)
 			if ok && have.Cmp(want) < 0 && s.expandableClaim(claim) {
 				p.resizes = append(p.resizes, claimResize{claim: claim, storage: want})

@@ -329,5 +329,5 @@ type WorkerSetList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkerSet{}, &WorkerSetList{})
+	knownTypes = append(knownTypes, &WorkerSet{}, &WorkerSetList{})
 }

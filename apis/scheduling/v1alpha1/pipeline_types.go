@@ -146,5 +146,5 @@ type PipelineList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Pipeline{}, &PipelineList{})
+	knownTypes = append(knownTypes, &Pipeline{}, &PipelineList{})
 }

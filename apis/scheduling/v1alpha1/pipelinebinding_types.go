@@ -126,5 +126,5 @@ type PipelineBindingList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&PipelineBinding{}, &PipelineBindingList{})
+	knownTypes = append(knownTypes, &PipelineBinding{}, &PipelineBindingList{})
 }

@@ -192,5 +192,5 @@ type WorkerClassList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WorkerClass{}, &WorkerClassList{})
+	knownTypes = append(knownTypes, &WorkerClass{}, &WorkerClassList{})
 }

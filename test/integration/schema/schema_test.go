@@ -410,3 +410,54 @@ func TestPipelineBindingSchema(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerSetClaimTemplateTransitions proves the transition rules on volumeClaimTemplates: only
+// the storage request may change.
+func TestWorkerSetClaimTemplateTransitions(t *testing.T) {
+	const base = wsHeader + "spec:\n  volumeClaimTemplates: [{metadata: {name: data}, spec: {accessModes: [ReadWriteOnce], storageClassName: fast, resources: {requests: {storage: 1Gi}}}}]" + minimalTemplate
+	tests := []struct {
+		name    string
+		mutate  func(spec map[string]any)
+		wantErr string
+	}{
+		{"raising storage is accepted", func(spec map[string]any) {
+			claimSpec(spec)["resources"] = map[string]any{"requests": map[string]any{"storage": "5Gi"}}
+		}, ""},
+		{"changing accessModes is rejected", func(spec map[string]any) {
+			claimSpec(spec)["accessModes"] = []any{"ReadWriteMany"}
+		}, "accessModes, storageClassName, volumeMode and volumeName cannot change"},
+		{"changing storageClassName is rejected", func(spec map[string]any) {
+			claimSpec(spec)["storageClassName"] = "slow"
+		}, "accessModes, storageClassName, volumeMode and volumeName cannot change"},
+		{"adding a template is rejected", func(spec map[string]any) {
+			vcts := spec["volumeClaimTemplates"].([]any)
+			spec["volumeClaimTemplates"] = append(vcts, map[string]any{"metadata": map[string]any{"name": "logs"}, "spec": map[string]any{"accessModes": []any{"ReadWriteOnce"}}})
+		}, "volumeClaimTemplates may not be added, removed or renamed"},
+		{"renaming a template is rejected", func(spec map[string]any) {
+			spec["volumeClaimTemplates"].([]any)[0].(map[string]any)["metadata"] = map[string]any{"name": "other"}
+		}, "volumeClaimTemplates may not be added, removed or renamed"},
+		{"removing every template is rejected", func(spec map[string]any) {
+			delete(spec, "volumeClaimTemplates")
+		}, "volumeClaimTemplates may not be added, removed or renamed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, err := create(t, base)
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			tc.mutate(obj.Object["spec"].(map[string]any))
+			err = k8s.Update(context.Background(), obj)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("update rejected: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("update: want an error containing %q, got %v", tc.wantErr, err)
+			}
+		})
+	}
+}
+
+func claimSpec(spec map[string]any) map[string]any {
+	return spec["volumeClaimTemplates"].([]any)[0].(map[string]any)["spec"].(map[string]any)
+}
