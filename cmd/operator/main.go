@@ -3,10 +3,12 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,11 +17,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
 
@@ -34,6 +38,8 @@ type options struct {
 	qps                     float64
 	burst                   int
 	workerSetConcurrency    int
+	pipelineConcurrency     int
+	deadEndGrace            time.Duration
 }
 
 func main() {
@@ -48,6 +54,8 @@ func main() {
 	flag.Float64Var(&opts.qps, "kube-api-qps", 20, "Queries per second to the API server; 0 or less means unlimited.")
 	flag.IntVar(&opts.burst, "kube-api-burst", 30, "Burst of queries to the API server.")
 	flag.IntVar(&opts.workerSetConcurrency, "workerset-concurrency", 5, "WorkerSets reconciled at once.")
+	flag.IntVar(&opts.pipelineConcurrency, "pipeline-concurrency", 5, "Pipelines and PipelineBindings reconciled at once.")
+	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", pipeline.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	logConfig := textlogger.NewConfig()
 	logConfig.AddFlags(klogFlags)
@@ -121,6 +129,9 @@ func run(opts options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
+	if err := setupPipelines(mgr, opts); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -129,4 +140,30 @@ func run(opts options) error {
 	}
 	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// setupPipelines registers the Pipeline, PipelineBinding, WorkerClass and hold controllers, their
+// cache indexes, and the metrics computed from the cache.
+func setupPipelines(mgr ctrl.Manager, opts options) error {
+	if err := pipeline.SetupIndexes(context.Background(), mgr); err != nil {
+		return err
+	}
+	if err := (&pipeline.PipelineReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.pipelineConcurrency,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up pipeline controller: %w", err)
+	}
+	if err := (&pipeline.BindingReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
+		MaxConcurrentReconciles: opts.pipelineConcurrency, DeadEndGrace: opts.deadEndGrace,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up pipelinebinding controller: %w", err)
+	}
+	if err := (&pipeline.WorkerClassReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up workerclass controller: %w", err)
+	}
+	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up worker hold controller: %w", err)
+	}
+	return metrics.Registry.Register(&pipeline.Collector{Reader: mgr.GetCache()})
 }

@@ -96,6 +96,8 @@ const (
 	ReasonValid = "Valid"
 	// ReasonCycle: the DAG has a cycle; the message names its stages.
 	ReasonCycle = "Cycle"
+	// ReasonUnknownStage: a next names no stage of the pipeline (the schema rejects this too).
+	ReasonUnknownStage = "UnknownStage"
 	// ReasonUnknownClass: a stage names a WorkerClass that does not exist; the message names both.
 	ReasonUnknownClass = "UnknownClass"
 	// ReasonPlaced: every stage has a worker Pod.
@@ -105,6 +107,8 @@ const (
 	// ReasonExceedsWorkerCapacity: a stage needs more than one worker of its class can ever handle;
 	// the message names the stage and both numbers.
 	ReasonExceedsWorkerCapacity = "ExceedsWorkerCapacity"
+	// ReasonBindingDeadEnd: a binding's worker is gone or not Ready; its stage is being placed again.
+	ReasonBindingDeadEnd = "BindingDeadEnd"
 	// ReasonBindingsReady: every binding is Ready.
 	ReasonBindingsReady = "BindingsReady"
 	// ReasonBindingsNotReady: some binding is Pending, Unset or DeadEnd; the message names them.

@@ -64,6 +64,17 @@ type PipelineBindingStatus struct {
 	// +optional
 	ServiceName string `json:"serviceName,omitempty"`
 
+	// servingPod is the Pod the Service has a ready endpoint for. While a binding moves to another
+	// Pod (a drain), it names the old Pod until the new one's endpoint is ready, and the binding
+	// stays Ready throughout: make-before-break.
+	// +optional
+	ServingPod string `json:"servingPod,omitempty"`
+
+	// deadSince is when the bound Pod was first seen gone or not Ready; the binding is DeadEnd
+	// once that lasted the grace period.
+	// +optional
+	DeadSince *metav1.Time `json:"deadSince,omitempty"`
+
 	// conditions are Ready.
 	// +optional
 	// +listType=map

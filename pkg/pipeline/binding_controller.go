@@ -1,0 +1,272 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// DefaultDeadEndGrace is how long a bound Pod may be not Ready before its binding is DeadEnd.
+const DefaultDeadEndGrace = 5 * time.Second
+
+// BindingReconciler keeps a Service per PipelineBinding that selects exactly the bound Pod, and
+// derives the binding's phase from that Service's EndpointSlices and the Pod.
+type BindingReconciler struct {
+	client.Client
+	Recorder                events.EventRecorder
+	MaxConcurrentReconciles int
+	// DeadEndGrace is how long a bound Pod may be not Ready before the binding is DeadEnd.
+	DeadEndGrace time.Duration
+	Now          func() time.Time
+}
+
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+
+// SetupWithManager registers the controller and its watches.
+func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.DeadEndGrace == 0 {
+		r.DeadEndGrace = DefaultDeadEndGrace
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pipelinebinding").
+		For(&schedulingv1alpha1.PipelineBinding{}).
+		Owns(&corev1.Service{}).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToBinding)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Complete(r)
+}
+
+// sliceToBinding: a binding's Service has the binding's name.
+func sliceToBinding(_ context.Context, o client.Object) []reconcile.Request {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: svc}}}
+}
+
+// podToBindings: the bindings on a Pod, or still served by it.
+func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
+		list := &schedulingv1alpha1.PipelineBindingList{}
+		if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}
+
+// Reconcile keeps one binding's Service and phase.
+func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &schedulingv1alpha1.PipelineBinding{}
+	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pipelineBinding", klog.KObj(b)))
+	if b.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	svcErr := r.syncService(ctx, b)
+
+	var pod *corev1.Pod
+	if b.Spec.Pod != "" {
+		pod = &corev1.Pod{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pod}, pod); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, err
+			}
+			pod = nil
+		}
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: b.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
+	}
+	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), r.Now(), r.DeadEndGrace)
+	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: recheck}, svcErr
+}
+
+// readyEndpointPods names the Pods with a ready endpoint in the slices.
+func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
+				continue
+			}
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				out[ep.TargetRef.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+// bindingStatus is the pure phase decision of a binding: Unset without a Pod; DeadEnd when the Pod
+// is gone or terminating, or not Ready for longer than grace; Ready when the Service has a ready
+// endpoint for exactly the bound Pod (or, while moving, still for the Pod it served); Pending
+// otherwise. It returns when to look again while a grace period runs.
+func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]bool, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
+	st := schedulingv1alpha1.PipelineBindingStatus{
+		ObservedGeneration: b.Status.ObservedGeneration,
+		ServiceName:        b.Name,
+		Conditions:         append([]metav1.Condition(nil), b.Status.Conditions...),
+	}
+	var recheck time.Duration
+	setReady := func(ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.BindingReadyCondition, Status: status, Reason: reason, Message: msg, ObservedGeneration: b.Generation})
+	}
+	dead := func(reason, msg string, immediate bool) {
+		since := now
+		if b.Status.DeadSince != nil {
+			since = b.Status.DeadSince.Time
+		}
+		st.DeadSince = &metav1.Time{Time: since}
+		if immediate || now.Sub(since) >= grace {
+			st.Phase = schedulingv1alpha1.BindingDeadEnd
+		} else {
+			st.Phase = schedulingv1alpha1.BindingPending
+			recheck = grace - now.Sub(since)
+		}
+		setReady(false, reason, msg)
+	}
+	switch {
+	case b.Spec.Pod == "":
+		st.Phase = schedulingv1alpha1.BindingUnset
+		setReady(false, schedulingv1alpha1.ReasonNoPod, "no worker Pod is bound")
+	case pod == nil || pod.DeletionTimestamp != nil:
+		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s is gone or terminating", b.Spec.Pod), true)
+	case !isReadyPod(pod):
+		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
+	case ready[b.Spec.Pod]:
+		st.Phase = schedulingv1alpha1.BindingReady
+		st.ServingPod = b.Spec.Pod
+		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod))
+	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod != "" && ready[b.Status.ServingPod]:
+		// Make-before-break: the Service still serves from the previous Pod until the new
+		// Pod's endpoint is ready.
+		st.Phase = schedulingv1alpha1.BindingReady
+		st.ServingPod = b.Status.ServingPod
+		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("moving to %s; Service %s still serves from %s", b.Spec.Pod, b.Name, b.Status.ServingPod))
+	default:
+		st.Phase = schedulingv1alpha1.BindingPending
+		setReady(false, schedulingv1alpha1.ReasonEndpointNotReady, fmt.Sprintf("Service %s has no ready endpoint for %s yet", b.Name, b.Spec.Pod))
+	}
+	return st, recheck
+}
+
+// syncService keeps the binding's Service: same name, owned by the binding, selecting exactly the
+// bound Pod by its pod-name label, with the class's ports.
+func (r *BindingReconciler) syncService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding) error {
+	ports := []schedulingv1alpha1.WorkerClassPort{{Name: "http", Port: 80, TargetPort: ptrIntOrString(intstr.FromString("http"))}}
+	wc := &schedulingv1alpha1.WorkerClass{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Class}, wc); err == nil && len(wc.Spec.Ports) > 0 {
+		ports = wc.Spec.Ports
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: b.Namespace}}
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
+		if svc.Labels == nil {
+			svc.Labels = map[string]string{}
+		}
+		svc.Labels[schedulingv1alpha1.PipelineLabel] = b.Spec.Pipeline
+		svc.Labels[schedulingv1alpha1.StageLabel] = b.Spec.Stage
+		svc.Spec.Selector = map[string]string{appsv1alpha1.PodNameLabel: b.Spec.Pod}
+		svc.Spec.Ports = servicePorts(ports, svc.Spec.Ports)
+		return controllerutil.SetControllerReference(b, svc, r.Scheme())
+	})
+	if err != nil {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "FailedService", "SyncService", "write Service %s: %s", b.Name, err)
+		return fmt.Errorf("write service %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// servicePorts converts class ports to Service ports, keeping fields the apiserver defaulted.
+func servicePorts(ports []schedulingv1alpha1.WorkerClassPort, existing []corev1.ServicePort) []corev1.ServicePort {
+	out := make([]corev1.ServicePort, 0, len(ports))
+	for _, p := range ports {
+		target := intstr.FromInt32(p.Port)
+		if p.TargetPort != nil {
+			target = *p.TargetPort
+		}
+		protocol := p.Protocol
+		if protocol == "" {
+			protocol = corev1.ProtocolTCP
+		}
+		sp := corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: target, Protocol: protocol}
+		for _, e := range existing {
+			if e.Name == p.Name {
+				sp.NodePort = e.NodePort
+			}
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
+
+func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, success bool) error {
+	if success {
+		st.ObservedGeneration = b.Generation
+	}
+	if apiequality.Semantic.DeepEqual(b.Status, st) {
+		return nil
+	}
+	old := b.Status.Phase
+	patch := client.MergeFrom(b.DeepCopy())
+	b.Status = st
+	if err := r.Status().Patch(ctx, b, patch); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	if old != st.Phase {
+		eventType := corev1.EventTypeNormal
+		if st.Phase == schedulingv1alpha1.BindingDeadEnd {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(b, nil, eventType, string(st.Phase), "Phase", "phase %s -> %s (pod %q)", phaseOr(old, "none"), st.Phase, b.Spec.Pod)
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func readyPod(name string, ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+}
+
+func TestBindingStatus(t *testing.T) {
+	binding := func(pod string, phase schedulingv1alpha1.BindingPhase, serving string, deadSince *time.Time) *schedulingv1alpha1.PipelineBinding {
+		b := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Name: "first-second"}, Spec: schedulingv1alpha1.PipelineBindingSpec{Pod: pod}}
+		b.Status.Phase, b.Status.ServingPod = phase, serving
+		if deadSince != nil {
+			b.Status.DeadSince = &metav1.Time{Time: *deadSince}
+		}
+		return b
+	}
+	terminating := readyPod("green-1", true)
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
+	longAgo := t0.Add(-time.Minute)
+	tests := []struct {
+		name        string
+		b           *schedulingv1alpha1.PipelineBinding
+		pod         *corev1.Pod
+		ready       map[string]bool
+		wantPhase   schedulingv1alpha1.BindingPhase
+		wantServing string
+		wantRecheck time.Duration
+	}{
+		{"no pod is Unset", binding("", "", "", nil), nil, nil, schedulingv1alpha1.BindingUnset, "", 0},
+		{"a Ready endpoint for exactly the Pod", binding("green-1", schedulingv1alpha1.BindingPending, "", nil), readyPod("green-1", true), map[string]bool{"green-1": true}, schedulingv1alpha1.BindingReady, "green-1", 0},
+		{"an endpoint for another Pod is not enough", binding("green-1", "", "", nil), readyPod("green-1", true), map[string]bool{"green-0": true}, schedulingv1alpha1.BindingPending, "", 0},
+		{"a move keeps Ready while the old Pod serves", binding("green-1", schedulingv1alpha1.BindingReady, "green-0", nil), readyPod("green-1", true), map[string]bool{"green-0": true}, schedulingv1alpha1.BindingReady, "green-0", 0},
+		{"the Pod is gone: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), nil, nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
+		{"the Pod is terminating: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), terminating, map[string]bool{"green-1": true}, schedulingv1alpha1.BindingDeadEnd, "", 0},
+		{"not Ready within the grace period: Pending", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), readyPod("green-1", false), nil, schedulingv1alpha1.BindingPending, "", 5 * time.Second},
+		{"not Ready past the grace period: DeadEnd", binding("green-1", schedulingv1alpha1.BindingPending, "", &longAgo), readyPod("green-1", false), nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, recheck := bindingStatus(tt.b, tt.pod, tt.ready, t0, 5*time.Second)
+			if st.Phase != tt.wantPhase || st.ServingPod != tt.wantServing || recheck != tt.wantRecheck {
+				t.Errorf("phase %s serving %q recheck %v, want %s %q %v", st.Phase, st.ServingPod, recheck, tt.wantPhase, tt.wantServing, tt.wantRecheck)
+			}
+			if st.ServiceName != "first-second" {
+				t.Errorf("serviceName %q", st.ServiceName)
+			}
+		})
+	}
+}
+
+func TestDesiredWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		requested, capacity int64
+		target              int32
+		want                int32
+	}{{30, 15, 70, 3}, {20, 15, 100, 2}, {0, 15, 70, 0}, {21, 30, 70, 1}, {22, 30, 70, 2}, {110, 200, 70, 1}} {
+		if got := desiredWorkers(tc.requested, tc.capacity, tc.target); got != tc.want {
+			t.Errorf("desiredWorkers(%d, %d, %d) = %d, want %d", tc.requested, tc.capacity, tc.target, got, tc.want)
+		}
+	}
+}
