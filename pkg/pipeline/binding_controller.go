@@ -172,12 +172,24 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		}
 		setReady(false, reason, msg)
 	}
+	// The UID the binding saw for its Pod; a status from an older spec (another Pod) does not count.
+	var boundUID types.UID
+	if b.Status.ObservedGeneration == b.Generation {
+		boundUID = b.Status.PodUID
+	}
+	st.PodUID = boundUID
+	if pod != nil && boundUID == "" {
+		st.PodUID = pod.UID
+	}
 	switch {
 	case b.Spec.Pod == "":
 		st.Phase = schedulingv1alpha1.BindingUnset
+		st.PodUID = ""
 		setReady(false, schedulingv1alpha1.ReasonNoPod, "no worker Pod is bound")
 	case pod == nil || pod.DeletionTimestamp != nil:
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s is gone or terminating", b.Spec.Pod), true)
+	case boundUID != "" && pod.UID != boundUID:
+		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s was replaced by a new Pod of the same name", b.Spec.Pod), true)
 	case !isReadyPod(pod):
 		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
 	case ready[b.Spec.Pod]:

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
@@ -49,6 +50,7 @@ func TestBindingStatus(t *testing.T) {
 		{"the Pod is gone: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), nil, nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
 		{"the Pod is terminating: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), terminating, map[string]bool{"green-1": true}, schedulingv1alpha1.BindingDeadEnd, "", 0},
 		{"not Ready within the grace period: Pending", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), readyPod("green-1", false), nil, schedulingv1alpha1.BindingPending, "", 5 * time.Second},
+		{"a new Pod under the bound name: DeadEnd at once", withUID(binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), "old"), readyPod("green-1", true), map[string]bool{"green-1": true}, schedulingv1alpha1.BindingDeadEnd, "", 0},
 		{"not Ready past the grace period: DeadEnd", binding("green-1", schedulingv1alpha1.BindingPending, "", &longAgo), readyPod("green-1", false), nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
 	}
 	for _, tt := range tests {
@@ -74,4 +76,9 @@ func TestDesiredWorkers(t *testing.T) {
 			t.Errorf("desiredWorkers(%d, %d, %d) = %d, want %d", tc.requested, tc.capacity, tc.target, got, tc.want)
 		}
 	}
+}
+
+func withUID(b *schedulingv1alpha1.PipelineBinding, uid string) *schedulingv1alpha1.PipelineBinding {
+	b.Status.PodUID = types.UID(uid)
+	return b
 }

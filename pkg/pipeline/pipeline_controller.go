@@ -254,7 +254,7 @@ func (r *PipelineReconciler) sync(ctx context.Context, s *pipelineScope) error {
 	// A DeadEnd stage is unset first, so the Pipeline shows Broken and the dead reservation is
 	// released; the next reconcile places it again.
 	for _, name := range order {
-		if b := s.bindings[name]; b != nil && b.Spec.Pod != "" && b.Status.Phase == schedulingv1alpha1.BindingDeadEnd {
+		if b := s.bindings[name]; b != nil && b.Spec.Pod != "" && isDeadEnd(b) {
 			s.deadStages = append(s.deadStages, name)
 		}
 	}
@@ -528,10 +528,10 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 		}
 		st.Bindings[name] = b.Spec.Pod
 		placed++
-		switch b.Status.Phase {
-		case schedulingv1alpha1.BindingReady:
+		switch {
+		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			ready++
-		case schedulingv1alpha1.BindingDeadEnd:
+		case isDeadEnd(b):
 			dead = true
 			notReady = append(notReady, name+" (DeadEnd)")
 		default:
@@ -578,6 +578,12 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 		set(schedulingv1alpha1.PipelineReadyCondition, false, schedulingv1alpha1.ReasonBindingsNotReady, "not Ready: "+strings.Join(notReady, ", "))
 	}
 	return st
+}
+
+// isDeadEnd says the binding is DeadEnd for its current spec: a DeadEnd status written before the
+// stage was placed again describes the old Pod, not this one.
+func isDeadEnd(b *schedulingv1alpha1.PipelineBinding) bool {
+	return b.Status.Phase == schedulingv1alpha1.BindingDeadEnd && b.Status.ObservedGeneration == b.Generation
 }
 
 func phaseOr(p schedulingv1alpha1.BindingPhase, def string) string {

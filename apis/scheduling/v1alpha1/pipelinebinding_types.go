@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // BindingPhase is the state of one stage's placement.
@@ -69,6 +70,11 @@ type PipelineBindingStatus struct {
 	// stays Ready throughout: make-before-break.
 	// +optional
 	ServingPod string `json:"servingPod,omitempty"`
+
+	// podUID is the UID of the bound Pod when the binding first saw it. A Pod recreated under
+	// the same name is a different worker: the binding is DeadEnd.
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
 
 	// deadSince is when the bound Pod was first seen gone or not Ready; the binding is DeadEnd
 	// once that lasted the grace period.

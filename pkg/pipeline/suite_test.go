@@ -1,0 +1,195 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerset"
+	"github.com/conveyor-dev/conveyor/test/testenv"
+)
+
+// The integration suite runs the WorkerSet controller and every controller of this package in one
+// manager against envtest's kube-apiserver. There is no kubelet and no EndpointSlice controller:
+// each test plays both for its namespace (fakeKubelet), as upstream's integration tests do.
+var (
+	envCfg *rest.Config
+	envK8s client.WithWatch
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	env, err := testenv.New()
+	if err != nil {
+		if code := testenv.SkipOrFail(err); code != 0 {
+			return code
+		}
+		return m.Run()
+	}
+	if envCfg, err = env.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "start envtest: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if envK8s, err = client.NewWithWatch(envCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		fmt.Fprintf(os.Stderr, "client: %v\n", err)
+		return 1
+	}
+	ctrl.SetLogger(testLogger())
+	mgr, err := ctrl.NewManager(envCfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := setupAll(ctx, mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "setup: %v\n", err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)
+		}
+	}()
+	return m.Run()
+}
+
+func setupAll(ctx context.Context, mgr ctrl.Manager) error {
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset"), MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&PipelineReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&WorkerClassReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+}
+
+func testLogger() logr.Logger {
+	if os.Getenv("TEST_LOG") == "" {
+		return logr.Discard()
+	}
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4)))
+}
+
+func needEnv(t *testing.T) {
+	t.Helper()
+	if envCfg == nil {
+		t.Skip("integration test: needs the envtest control plane (run without -short)")
+	}
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pl-"}}
+	if err := envK8s.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return ns.Name
+}
+
+func eventually(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = fn(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: still not true after 90s: %v", what, err)
+}
+
+// fakeKubelet plays the kubelet and the EndpointSlice controller for a namespace until the test
+// ends: every Pod becomes Running and Ready, and every Service gets an EndpointSlice listing the
+// Ready Pods its selector matches.
+func fakeKubelet(t *testing.T, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			kubeletStep(ctx, ns)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
+func kubeletStep(ctx context.Context, ns string) {
+	pods := &corev1.PodList{}
+	if err := envK8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp == nil && !isReadyPod(pod) {
+			pod.Status.Phase = corev1.PodRunning
+			pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", i+1)
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+			_ = envK8s.Status().Update(ctx, pod)
+		}
+	}
+	services := &corev1.ServiceList{}
+	if err := envK8s.List(ctx, services, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for _, svc := range services.Items {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if pod.Labels[appsv1alpha1.PodNameLabel] == "" || pod.Labels[appsv1alpha1.PodNameLabel] != svc.Spec.Selector[appsv1alpha1.PodNameLabel] {
+				continue
+			}
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{"10.0.0.1"},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(isReadyPod(pod))},
+				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod.Name, Namespace: ns, UID: pod.UID},
+			})
+		}
+		existing := &discoveryv1.EndpointSlice{}
+		err := envK8s.Get(ctx, client.ObjectKeyFromObject(slice), existing)
+		switch {
+		case apierrors.IsNotFound(err):
+			_ = envK8s.Create(ctx, slice)
+		case err == nil:
+			if !apiequality.Semantic.DeepEqual(existing.Endpoints, slice.Endpoints) {
+				existing.Endpoints = slice.Endpoints
+				_ = envK8s.Update(ctx, existing)
+			}
+		}
+	}
+}
