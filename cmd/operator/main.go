@@ -17,14 +17,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
-	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
 
 type options struct {
@@ -122,14 +121,11 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := (&workerset.Reconciler{
-		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder("workerset-controller"),
-		MaxConcurrentReconciles: opts.workerSetConcurrency,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up workerset controller: %w", err)
-	}
-	if err := setupPipelines(mgr, opts); err != nil {
+	if err := operator.Setup(context.Background(), mgr, operator.Options{
+		WorkerSetConcurrency: opts.workerSetConcurrency,
+		PipelineConcurrency:  opts.pipelineConcurrency,
+		DeadEndGrace:         opts.deadEndGrace,
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -140,30 +136,4 @@ func run(opts options) error {
 	}
 	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
-}
-
-// setupPipelines registers the Pipeline, PipelineBinding, WorkerClass and hold controllers, their
-// cache indexes, and the metrics computed from the cache.
-func setupPipelines(mgr ctrl.Manager, opts options) error {
-	if err := pipeline.SetupIndexes(context.Background(), mgr); err != nil {
-		return err
-	}
-	if err := (&pipeline.PipelineReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.pipelineConcurrency,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up pipeline controller: %w", err)
-	}
-	if err := (&pipeline.BindingReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
-		MaxConcurrentReconciles: opts.pipelineConcurrency, DeadEndGrace: opts.deadEndGrace,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up pipelinebinding controller: %w", err)
-	}
-	if err := (&pipeline.WorkerClassReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up workerclass controller: %w", err)
-	}
-	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up worker hold controller: %w", err)
-	}
-	return metrics.Registry.Register(&pipeline.Collector{Reader: mgr.GetCache()})
 }

@@ -28,13 +28,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
-	"github.com/conveyor-dev/conveyor/pkg/workerset"
+	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
 var setLoggerOnce sync.Once
 
-// startOperator runs the WorkerSet controller in this process against the cluster, watching only
+// startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
 func startOperator(t *testing.T, namespace string) {
 	t.Helper()
@@ -49,8 +49,8 @@ func startOperator(t *testing.T, namespace string) {
 	if err != nil {
 		t.Fatalf("operator manager: %v", err)
 	}
-	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset-controller")}).SetupWithManager(mgr); err != nil {
-		t.Fatalf("workerset controller: %v", err)
+	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true}); err != nil {
+		t.Fatalf("operator controllers: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
