@@ -22,6 +22,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 )
@@ -39,6 +40,9 @@ type options struct {
 	workerSetConcurrency    int
 	pipelineConcurrency     int
 	deadEndGrace            time.Duration
+	customMetricsPort       int
+	customMetricsAddress    string
+	customMetricsCertDir    string
 }
 
 func main() {
@@ -54,6 +58,9 @@ func main() {
 	flag.IntVar(&opts.burst, "kube-api-burst", 30, "Burst of queries to the API server.")
 	flag.IntVar(&opts.workerSetConcurrency, "workerset-concurrency", 5, "WorkerSets reconciled at once.")
 	flag.IntVar(&opts.pipelineConcurrency, "pipeline-concurrency", 5, "Pipelines and PipelineBindings reconciled at once.")
+	flag.IntVar(&opts.customMetricsPort, "custom-metrics-port", 6443, "Port of the custom.metrics.k8s.io API server; 0 disables it.")
+	flag.StringVar(&opts.customMetricsAddress, "custom-metrics-bind-address", "0.0.0.0", "Address the custom metrics API server binds to.")
+	flag.StringVar(&opts.customMetricsCertDir, "custom-metrics-cert-dir", "", "Directory with tls.crt and tls.key for the custom metrics API; empty generates a self-signed pair (tests only).")
 	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", pipeline.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	logConfig := textlogger.NewConfig()
@@ -127,6 +134,21 @@ func run(opts options) error {
 		DeadEndGrace:         opts.deadEndGrace,
 	}); err != nil {
 		return err
+	}
+	if opts.customMetricsPort != 0 {
+		kubeconfig := ""
+		if f := flag.Lookup("kubeconfig"); f != nil {
+			kubeconfig = f.Value.String()
+		}
+		server, err := custommetrics.NewServer(custommetrics.ServerOptions{
+			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
+		}, mgr.GetCache())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(server); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

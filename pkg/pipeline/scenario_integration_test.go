@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -453,4 +454,71 @@ func TestIntegrationDrainMovesBindings(t *testing.T) {
 			t.Errorf("%s went through %v, want [Plotted Ready]: a drain must not take it out of Ready", name, got)
 		}
 	}
+}
+
+func TestIntegrationAutoscalerOwnership(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	wc := newClass(ns, "green", 15)
+	wc.Spec.Autoscaling = &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 5}
+	mustCreate(t, wc, newWorkerSet(ns, "green", 1))
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	eventually(t, "the class owns an HPA on its WorkerSet", func() error {
+		if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "green"}, hpa); err != nil {
+			return err
+		}
+		if hpa.Spec.ScaleTargetRef.Name != "green" || hpa.Spec.MaxReplicas != 5 || *hpa.Spec.MinReplicas != 1 ||
+			hpa.Spec.Metrics[0].Object.Target.AverageValue.String() != "10500m" || !metav1.IsControlledBy(hpa, getClass(t, ns, "green")) {
+			return fmt.Errorf("hpa %+v", hpa.Spec)
+		}
+		return nil
+	})
+	// A change of the class reaches the HPA.
+	cur := getClass(t, ns, "green")
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Autoscaling.MaxReplicas = 7
+	cur.Spec.TargetUtilization = 100
+	if err := envK8s.Patch(context.Background(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the HPA follows the class", func() error {
+		if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "green"}, hpa); err != nil {
+			return err
+		}
+		if hpa.Spec.MaxReplicas != 7 || hpa.Spec.Metrics[0].Object.Target.AverageValue.String() != "15" {
+			return fmt.Errorf("max %d target %s", hpa.Spec.MaxReplicas, hpa.Spec.Metrics[0].Object.Target.AverageValue.String())
+		}
+		return nil
+	})
+	// Autoscaling off: the HPA goes.
+	cur = getClass(t, ns, "green")
+	patch = client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Autoscaling = nil
+	if err := envK8s.Patch(context.Background(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the HPA is deleted", func() error {
+		err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "green"}, &autoscalingv2.HorizontalPodAutoscaler{})
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	eventually(t, "AutoscalerReady False AutoscalingDisabled", func() error {
+		for _, c := range getClass(t, ns, "green").Status.Conditions {
+			if c.Type == schedulingv1alpha1.WorkerClassAutoscalerReady && c.Reason == schedulingv1alpha1.ReasonAutoscalingDisabled {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", getClass(t, ns, "green").Status.Conditions)
+	})
+}
+
+func getClass(t *testing.T, ns, name string) *schedulingv1alpha1.WorkerClass {
+	t.Helper()
+	wc := &schedulingv1alpha1.WorkerClass{}
+	if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, wc); err != nil {
+		t.Fatal(err)
+	}
+	return wc
 }

@@ -166,7 +166,7 @@ func kubeletStep(ctx context.Context, ns string) {
 	}
 	for _, svc := range services.Items {
 		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+			ObjectMeta:  metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 		}
 		for i := range pods.Items {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ type WorkerClassReconciler struct {
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
 
 // SetupWithManager registers the controller and its watches.
 func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -45,6 +47,7 @@ func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[schedulingv1alpha1.WorkerClassLabel]}}}
 		}), builder.WithPredicates(workerPodPredicate())).
 		Watches(&appsv1alpha1.WorkerSet{}, handler.EnqueueRequestsFromMapFunc(r.setToClasses)).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Complete(r)
 }
 
@@ -104,8 +107,18 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassWorkerSetReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
+	autoscaled, reason, msg, syncErr := r.syncAutoscaler(ctx, wc)
+	if syncErr != nil {
+		st.ObservedGeneration = wc.Status.ObservedGeneration
+		reason, msg = "AutoscalerWriteFailed", syncErr.Error()
+	}
+	status = metav1.ConditionFalse
+	if autoscaled {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassAutoscalerReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
 	if apiequality.Semantic.DeepEqual(wc.Status, st) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, syncErr
 	}
 	patch := client.MergeFrom(wc.DeepCopy())
 	wc.Status = st
@@ -115,7 +128,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, fmt.Errorf("write status: %w", err)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, syncErr
 }
 
 func targetUtilization(wc *schedulingv1alpha1.WorkerClass) int32 {

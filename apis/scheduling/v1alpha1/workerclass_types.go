@@ -101,6 +101,15 @@ type WorkerClassAutoscaling struct {
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	MaxReplicas int32 `json:"maxReplicas"`
+
+	// scaleDownStabilizationSeconds is how long the autoscaler waits for the load to stay low
+	// before it removes workers (the HPA's scaleDown stabilization window). Defaults to 300, as
+	// the HPA does.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	ScaleDownStabilizationSeconds *int32 `json:"scaleDownStabilizationSeconds,omitempty"`
 }
 
 // WorkerClassStatus is the observed state of a WorkerClass.
@@ -154,6 +163,13 @@ const (
 	ReasonWorkerSetNotFound = "WorkerSetNotFound"
 	// ReasonMissingClassLabel: the WorkerSet template lacks scheduling.conveyor.dev/workerclass=<class>.
 	ReasonMissingClassLabel = "MissingClassLabel"
+	// ReasonAutoscalerSynced: the HorizontalPodAutoscaler of spec.autoscaling matches the class.
+	ReasonAutoscalerSynced = "AutoscalerSynced"
+	// ReasonAutoscalerConflict: a HorizontalPodAutoscaler of the class's name exists and is not
+	// owned by the class; the operator leaves it alone.
+	ReasonAutoscalerConflict = "AutoscalerConflict"
+	// ReasonAutoscalingDisabled: spec.autoscaling is not set; the operator owns no autoscaler.
+	ReasonAutoscalingDisabled = "AutoscalingDisabled"
 	// ReasonWrongScheduler: the WorkerSet template's schedulerName is not conveyor-scheduler.
 	ReasonWrongScheduler = "WrongScheduler"
 )

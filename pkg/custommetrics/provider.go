@@ -1,0 +1,128 @@
+// Package custommetrics serves custom.metrics.k8s.io from the operator: the Object metric
+// workerclass_request on workerclasses.scheduling.conveyor.dev, the load the pipelines request of a
+// class, so a HorizontalPodAutoscaler scales the class's WorkerSet on a cluster with no Prometheus.
+// Every operator replica serves it from its own cache (not only the leader).
+package custommetrics
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/metrics/pkg/apis/custom_metrics"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+)
+
+// Metric names served on WorkerClasses.
+const (
+	// MetricRequest is the documents per second the pipelines request of a class, placed or not:
+	// what the class's HorizontalPodAutoscaler reads.
+	MetricRequest = pipeline.MetricRequest
+	// MetricAllocated is the documents per second bound to the class's workers.
+	MetricAllocated = "workerclass_allocated"
+	// MetricWorkers is the number of Ready workers of the class.
+	MetricWorkers = "workerclass_workers"
+)
+
+var workerClasses = schema.GroupResource{Group: schedulingv1alpha1.GroupVersion.Group, Resource: "workerclasses"}
+
+// Provider answers custom-metrics queries from the operator's cache.
+type Provider struct {
+	Reader client.Reader
+	Now    func() time.Time
+}
+
+var _ provider.CustomMetricsProvider = &Provider{}
+
+// ListAllMetrics lists the metrics the provider serves.
+func (p *Provider) ListAllMetrics() []provider.CustomMetricInfo {
+	var out []provider.CustomMetricInfo
+	for _, m := range []string{MetricRequest, MetricAllocated, MetricWorkers} {
+		out = append(out, provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: m})
+	}
+	return out
+}
+
+// GetMetricByName returns one WorkerClass's metric.
+func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedName, info provider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValue, error) {
+	if info.GroupResource != workerClasses {
+		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+	}
+	loads, err := pipeline.ClassLoads(ctx, p.Reader, name.Namespace)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	l, ok := loads[name.Name]
+	if !ok {
+		return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+	}
+	return p.value(name, info.Metric, l)
+}
+
+// GetMetricBySelector returns the metric of every WorkerClass matching the selector.
+func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info provider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
+	if info.GroupResource != workerClasses {
+		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
+	}
+	classes := &schedulingv1alpha1.WorkerClassList{}
+	if err := p.Reader.List(ctx, classes, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	loads, err := pipeline.ClassLoads(ctx, p.Reader, namespace)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	out := &custom_metrics.MetricValueList{}
+	for _, wc := range classes.Items {
+		v, err := p.value(types.NamespacedName{Namespace: namespace, Name: wc.Name}, info.Metric, loads[wc.Name])
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, *v)
+	}
+	return out, nil
+}
+
+func (p *Provider) value(name types.NamespacedName, metric string, l pipeline.ClassLoad) (*custom_metrics.MetricValue, error) {
+	var q *resource.Quantity
+	switch metric {
+	case MetricRequest:
+		q = resource.NewQuantity(l.Requested, resource.DecimalSI)
+	case MetricAllocated:
+		q = resource.NewQuantity(l.Allocated, resource.DecimalSI)
+	case MetricWorkers:
+		q = resource.NewQuantity(int64(l.Workers), resource.DecimalSI)
+	default:
+		return nil, provider.NewMetricNotFoundError(workerClasses, metric)
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	return &custom_metrics.MetricValue{
+		DescribedObject: custom_metrics.ObjectReference{
+			APIVersion: schedulingv1alpha1.GroupVersion.String(),
+			Kind:       "WorkerClass",
+			Name:       name.Name,
+			Namespace:  name.Namespace,
+		},
+		Metric:    custom_metrics.MetricIdentifier{Name: metric},
+		Timestamp: metav1.NewTime(now()),
+		Value:     *q,
+	}, nil
+}
+
+// String names the provider in logs.
+func (p *Provider) String() string {
+	return fmt.Sprintf("conveyor custom metrics (%v)", p.ListAllMetrics())
+}

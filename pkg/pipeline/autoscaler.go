@@ -1,0 +1,89 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// MetricRequest is the custom metric the autoscaler of a class reads: the documents per second
+// the pipelines request of it (served by package custommetrics).
+const MetricRequest = "workerclass_request"
+
+// desiredHPA is the HorizontalPodAutoscaler of a class with spec.autoscaling: it scales the
+// class's WorkerSet through /scale so that each worker carries capacity × targetUtilization / 100
+// of the requested load.
+func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPodAutoscaler {
+	a := wc.Spec.Autoscaling
+	target := resource.NewMilliQuantity(int64(wc.Spec.Capacity)*int64(targetUtilization(wc))*10, resource.DecimalSI)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
+				APIVersion: appsv1alpha1.GroupVersion.String(), Kind: "WorkerSet", Name: workerSetName(wc),
+			},
+			MinReplicas: ptr.To(ptr.Deref(a.MinReplicas, 1)),
+			MaxReplicas: a.MaxReplicas,
+			Metrics: []autoscalingv2.MetricSpec{{
+				Type: autoscalingv2.ObjectMetricSourceType,
+				Object: &autoscalingv2.ObjectMetricSource{
+					DescribedObject: autoscalingv2.CrossVersionObjectReference{
+						APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "WorkerClass", Name: wc.Name,
+					},
+					Metric: autoscalingv2.MetricIdentifier{Name: MetricRequest},
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: target},
+				},
+			}},
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+				ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(ptr.Deref(a.ScaleDownStabilizationSeconds, 300))},
+			},
+		},
+	}
+	return hpa
+}
+
+// syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
+// reason and message.
+func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
+	existing := &autoscalingv2.HorizontalPodAutoscaler{}
+	err = r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: wc.Name}, existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, "", "", err
+	}
+	found := err == nil
+	owned := found && metav1.IsControlledBy(existing, wc)
+	if wc.Spec.Autoscaling == nil {
+		if owned {
+			if err := r.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {
+				return false, "", "", fmt.Errorf("delete autoscaler: %w", err)
+			}
+		}
+		return false, schedulingv1alpha1.ReasonAutoscalingDisabled, "spec.autoscaling is not set: the WorkerSet is scaled by hand", nil
+	}
+	if found && !owned {
+		return false, schedulingv1alpha1.ReasonAutoscalerConflict,
+			fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
+	}
+	want := desiredHPA(wc)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace}}
+	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, hpa, func() error {
+		hpa.Spec = want.Spec
+		return controllerutil.SetControllerReference(wc, hpa, r.Scheme())
+	}); err != nil {
+		return false, "", "", fmt.Errorf("write autoscaler: %w", err)
+	}
+	target := want.Spec.Metrics[0].Object.Target.AverageValue
+	return true, schedulingv1alpha1.ReasonAutoscalerSynced,
+		fmt.Sprintf("HorizontalPodAutoscaler %s scales WorkerSet %s between %d and %d workers, %s documents/s each", wc.Name, workerSetName(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, target.String()), nil
+}
