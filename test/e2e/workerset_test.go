@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -36,9 +37,12 @@ var setLoggerOnce sync.Once
 
 // startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
-func startOperator(t *testing.T, namespace string) {
+func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager) error) {
 	t.Helper()
-	setLoggerOnce.Do(func() { ctrl.SetLogger(logr.Discard()) })
+	setLoggerOnce.Do(func() {
+		ctrl.SetLogger(logr.Discard())
+		klog.SetLogger(logr.Discard()) // the custom metrics server logs through klog
+	})
 	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -51,6 +55,11 @@ func startOperator(t *testing.T, namespace string) {
 	}
 	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true}); err != nil {
 		t.Fatalf("operator controllers: %v", err)
+	}
+	for _, add := range extra {
+		if err := add(mgr); err != nil {
+			t.Fatalf("operator extras: %v", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
