@@ -2,17 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,55 +19,6 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
-
-// writeServingCert makes a CA and a serving certificate for the given DNS names and 127.0.0.1 in
-// dir (tls.crt, tls.key) and returns the CA in PEM, for the APIService's caBundle.
-func writeServingCert(t *testing.T, dir string, dnsNames ...string) []byte {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "conveyor-e2e-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsNames[0]}, DNSNames: dnsNames,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, block := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: leafDER}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 var customMetricsOnce sync.Mutex
 
@@ -93,51 +33,26 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	ns := newNamespace(ctx, t)
-	scheme := cluster.Scheme()
-	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(env.RESTConfig(), client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(env.RESTConfig(), client.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	caBundle := writeServingCert(t, dir, "custom-metrics."+ns+".svc", "localhost")
-	port := freePort(t)
+	local, err := env.RegisterLocalAPIService(ctx, ns, "custom.metrics.k8s.io", "v1beta2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.DeleteAPIService(context.Background(), local.Name) })
 	startOperator(t, ns, func(mgr ctrl.Manager) error {
-		server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: port, CertDir: dir, Kubeconfig: env.Kubeconfig()}, mgr.GetCache())
+		server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: env.Kubeconfig()}, mgr.GetCache())
 		if err != nil {
 			return err
 		}
 		return mgr.Add(server)
 	})
-
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "custom-metrics", Namespace: ns},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost", Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}}}
-	apiSvc := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1beta2.custom.metrics.k8s.io"},
-		Spec: apiregistrationv1.APIServiceSpec{
-			Group: "custom.metrics.k8s.io", Version: "v1beta2", GroupPriorityMinimum: 100, VersionPriority: 200, CABundle: caBundle,
-			Service: &apiregistrationv1.ServiceReference{Namespace: ns, Name: "custom-metrics", Port: ptr.To(int32(port))},
-		}}
-	for _, o := range []client.Object{svc, apiSvc} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatalf("create %s: %v", o.GetName(), err)
-		}
+	if err := env.WaitAPIServiceAvailable(ctx, local.Name, 2*time.Minute); err != nil {
+		t.Fatalf("the custom metrics APIService is not Available: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), apiSvc) })
-	eventually(ctx, t, "the custom metrics APIService is Available", func(ctx context.Context) error {
-		got := &apiregistrationv1.APIService{}
-		if err := c.Get(ctx, types.NamespacedName{Name: apiSvc.Name}, got); err != nil {
-			return err
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == apiregistrationv1.Available && cond.Status == apiregistrationv1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("conditions %+v", got.Status.Conditions)
-	})
 
 	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
 		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: schedulingv1alpha1.WorkerClassSpec{
