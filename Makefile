@@ -42,9 +42,15 @@ generate: manifests ## Generate deepcopy code and CRDs.
 	$(CONTROLLER_GEN) object paths=./apis/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds and the operator's RBAC rules into charts/conveyor/files/rbac.
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./apis/... output:crd:artifacts:config=charts/conveyor/crds
 	go run ./hack/crdpatch charts/conveyor/crds/apps.conveyor.dev_workersets.yaml
+	@# The operator's ClusterRole holds exactly the +kubebuilder:rbac markers of the packages the operator
+	@# binary links (this module's dependencies of ./cmd/operator), so the scheduler plugin's packages
+	@# never widen it. The chart renders the rules of role.yaml into its own ClusterRole.
+	$(CONTROLLER_GEN) rbac:roleName=conveyor-operator \
+		paths="$$(go list -e -deps -f '{{if and .Module (eq .Module.Path "github.com/conveyor-dev/conveyor")}}{{.Dir}}{{end}}' ./cmd/operator | sed 's|^$(ROOT)|.|' | paste -sd ';' -)" \
+		output:rbac:artifacts:config=charts/conveyor/files/rbac
 
 .PHONY: build
 build: ## Build every package and the binaries into ./bin.
@@ -92,7 +98,7 @@ test-e2e: tools ## Run the end-to-end suite on a local kwok cluster.
 ##@ Demo
 
 .PHONY: demo
-demo: tools ## Start a local control plane, apply examples/, print them; KEEP=1 keeps the cluster.
+demo: tools build ## The original scenario on a local control plane with the operator, scheduler and HPA; KEEP=1 keeps the cluster.
 	CONVEYOR_BIN=$(BIN) KEEP=$(KEEP) go run ./hack/demo
 
 ##@ Tools (built once into ./bin; a second run rebuilds nothing)

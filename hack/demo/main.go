@@ -1,8 +1,10 @@
 // Command demo is what `make demo` runs. It starts a throw-away local Kubernetes control plane
 // (kwokctl with the binaries in ./bin, simulated nodes, nothing downloaded), installs the Conveyor
-// CRDs from charts/conveyor/crds, applies the original scenario from examples/ and prints the
-// objects as kubectl tables. Then it deletes the cluster, or, with KEEP=1, keeps it running until
-// it is interrupted and prints the KUBECONFIG to use meanwhile.
+// CRDs from charts/conveyor/crds, runs the operator (in this process, serving custom.metrics.k8s.io
+// through the cluster's aggregator) and conveyor-scheduler (bin/conveyor-scheduler), and plays the
+// original scenario from examples/ step by step, printing the talk's tables as they change. Then
+// it deletes the cluster, or, with KEEP=1, keeps it running until it is interrupted and prints the
+// KUBECONFIG to use meanwhile.
 //
 // Environment: CONVEYOR_BIN is the directory of the binaries (default: bin/ at the module root);
 // KEEP=1 keeps the cluster. Ctrl-C (SIGINT), SIGTERM and SIGHUP always delete the cluster.
@@ -25,9 +27,8 @@ import (
 )
 
 const (
-	// nodes is the number of simulated nodes. No Pods run in the demo yet; the nodes make a kept
-	// cluster ready for experiments.
-	nodes = 2
+	// nodes is the number of simulated nodes the worker Pods run on.
+	nodes = 3
 	// crdDir and examplesDir are relative to the module root.
 	crdDir      = "charts/conveyor/crds"
 	examplesDir = "examples"
@@ -54,6 +55,8 @@ type demo struct {
 	start   time.Time
 	root    string // module root: kubectl runs there, so paths print short
 	cluster *cluster.Cluster
+	// stopScheduler ends the conveyor-scheduler child process, when it runs.
+	stopScheduler func()
 }
 
 func run(ctx context.Context) int {
@@ -107,24 +110,15 @@ func run(ctx context.Context) int {
 	return code
 }
 
-// show installs the CRDs, applies the examples and prints them.
+// show installs the CRDs, starts the operator and the scheduler, and plays the original scenario.
 func (d *demo) show(ctx context.Context) error {
 	if err := d.installCRDs(ctx); err != nil {
 		return err
 	}
-	if err := d.applyExamples(ctx); err != nil {
+	if err := d.startConveyor(ctx); err != nil {
 		return err
 	}
-	if err := d.printObjects(ctx); err != nil {
-		return err
-	}
-	fmt.Println()
-	fmt.Println("No operator runs in this demo yet: nothing acts on these objects. The API server has")
-	fmt.Println("validated them and filled in their defaults, but no controller writes their status, so")
-	fmt.Println("the READY, AVAILABLE, UPDATED, REQUEST, WORKERS and STATUS columns are blank, the WorkerSets")
-	fmt.Println("have no Pods, and there are no PipelineBindings. examples/README.md describes what the")
-	fmt.Println("complete operator does with this scenario.")
-	return nil
+	return d.scenario(ctx)
 }
 
 // keepFromEnv reads KEEP: empty or a boolean (0, 1, true, false).
@@ -198,22 +192,6 @@ func (d *demo) waitDiscoverable(ctx context.Context) error {
 	return nil
 }
 
-func (d *demo) applyExamples(ctx context.Context) error {
-	d.step("Applying the original scenario from %s/ (WorkerClasses, WorkerSets, Pipelines)", examplesDir)
-	return d.kubectl(ctx, "apply", "--server-side", "-f", examplesDir+"/")
-}
-
-func (d *demo) printObjects(ctx context.Context) error {
-	d.step("The objects, as kubectl prints them")
-	for _, r := range resources {
-		fmt.Println()
-		if err := d.kubectl(ctx, "get", r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // kubectl prints the command, then runs bin/kubectl against the cluster in the module root, its
 // output going straight to the terminal.
 func (d *demo) kubectl(ctx context.Context, args ...string) error {
@@ -242,6 +220,9 @@ func withoutEnv(env []string, names ...string) []string {
 
 // teardown deletes the cluster. It runs on every way out of run once the cluster exists.
 func (d *demo) teardown() {
+	if d.stopScheduler != nil {
+		d.stopScheduler()
+	}
 	d.step("Deleting the cluster %s", d.cluster.Name())
 	if err := d.cluster.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: deleting the cluster: %v\n", err)

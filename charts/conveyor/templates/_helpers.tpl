@@ -1,0 +1,174 @@
+{{/*
+Names, labels and small pieces shared by the templates.
+*/}}
+
+{{/* The chart name, 63 characters at most. */}}
+{{- define "conveyor.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object's name: fullnameOverride, else the release name, followed by the chart
+name unless the release name already contains it. 40 characters at most, so that the longest
+suffix the templates add ("-custom-metrics-reader", 22) still fits a 63-character name.
+*/}}
+{{- define "conveyor.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* chart label: name-version. */}}
+{{- define "conveyor.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the objects of this release (stable across upgrades). */}}
+{{- define "conveyor.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "conveyor.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every object of the chart. */}}
+{{- define "conveyor.labels" -}}
+helm.sh/chart: {{ include "conveyor.chart" . }}
+{{ include "conveyor.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: conveyor
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of the operator's objects; its selector labels add the component. */}}
+{{- define "conveyor.operator.labels" -}}
+{{ include "conveyor.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+{{- define "conveyor.operator.selectorLabels" -}}
+{{ include "conveyor.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels of the scheduler's objects. */}}
+{{- define "conveyor.scheduler.labels" -}}
+{{ include "conveyor.labels" . }}
+app.kubernetes.io/component: scheduler
+{{- end }}
+{{- define "conveyor.scheduler.selectorLabels" -}}
+{{ include "conveyor.selectorLabels" . }}
+app.kubernetes.io/component: scheduler
+{{- end }}
+
+{{/* Object names. */}}
+{{- define "conveyor.operator.fullname" -}}
+{{ include "conveyor.fullname" . }}-operator
+{{- end }}
+{{- define "conveyor.scheduler.fullname" -}}
+{{ include "conveyor.fullname" . }}-scheduler
+{{- end }}
+
+{{/* ServiceAccount names. */}}
+{{- define "conveyor.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "conveyor.operator.fullname" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+{{- define "conveyor.scheduler.serviceAccountName" -}}
+{{- if .Values.scheduler.serviceAccount.create }}
+{{- default (include "conveyor.scheduler.fullname" .) .Values.scheduler.serviceAccount.name }}
+{{- else }}
+{{- required "scheduler.serviceAccount.name is required when scheduler.serviceAccount.create is false" .Values.scheduler.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The profile name worker Pods ask for. Fixed: the operator checks that WorkerSets use it.
+*/}}
+{{- define "conveyor.schedulerName" -}}
+conveyor-scheduler
+{{- end }}
+
+{{/* The operator's leader-election Lease (its --leader-election-id), in the release namespace. */}}
+{{- define "conveyor.operator.leaseName" -}}
+conveyor-operator.conveyor.dev
+{{- end }}
+
+{{/* The scheduler's leader-election Lease, in the release namespace. */}}
+{{- define "conveyor.scheduler.leaseName" -}}
+{{ include "conveyor.scheduler.fullname" . }}
+{{- end }}
+
+{{/* The Secret with the operator's serving certificate and the CA that signed it. */}}
+{{- define "conveyor.operator.tlsSecretName" -}}
+{{ include "conveyor.operator.fullname" . }}-tls
+{{- end }}
+
+{{/* The Service of the operator's metrics endpoint. */}}
+{{- define "conveyor.operator.metricsServiceName" -}}
+{{ include "conveyor.operator.fullname" . }}-metrics
+{{- end }}
+
+{{/* The Service the custom-metrics APIService points at. */}}
+{{- define "conveyor.customMetrics.serviceName" -}}
+{{ include "conveyor.fullname" . }}-custom-metrics
+{{- end }}
+
+{{/* Ports of the operator (its flag defaults, cmd/operator). */}}
+{{- define "conveyor.operator.metricsPort" -}}8443{{- end }}
+{{- define "conveyor.operator.probePort" -}}8081{{- end }}
+{{- define "conveyor.operator.customMetricsPort" -}}6443{{- end }}
+
+{{/* Where the operator finds its serving certificate. */}}
+{{- define "conveyor.operator.tlsDir" -}}/etc/conveyor/tls{{- end }}
+
+{{/* The image reference: repository, then the digest or the tag (default: appVersion). */}}
+{{- define "conveyor.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Affinity of a component: the user's, else a soft anti-affinity that spreads the replicas over
+nodes. Call with (dict "ctx" $ "values" .Values.operator "selector" "conveyor.operator.selectorLabels").
+*/}}
+{{- define "conveyor.affinity" -}}
+{{- if .values.affinity }}
+{{- toYaml .values.affinity }}
+{{- else }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include .selector .ctx | nindent 12 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The DNS names of a Service, for the serving certificate's SANs.
+*/}}
+{{- define "conveyor.serviceDNSNames" -}}
+{{- $ns := .namespace }}
+{{- range .names }}
+- {{ . }}
+- {{ printf "%s.%s" . $ns }}
+- {{ printf "%s.%s.svc" . $ns }}
+- {{ printf "%s.%s.svc.cluster.local" . $ns }}
+{{- end }}
+{{- end }}
