@@ -80,7 +80,7 @@ verify: generate ## Regenerate, tidy, and fail on any diff or untracked file.
 ##@ Test
 
 .PHONY: test
-test: tools vet ## Run every test: unit, integration (envtest) and end-to-end (local kwok cluster).
+test: tools build vet ## Run every test: unit, integration (envtest) and end-to-end (local kwok cluster).
 	KUBEBUILDER_ASSETS=$(BIN) CONVEYOR_BIN=$(BIN) go test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
 .PHONY: test-unit
@@ -92,7 +92,7 @@ test-integration: control-plane ## Run the envtest suites only.
 	KUBEBUILDER_ASSETS=$(BIN) go test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./test/integration/...
 
 .PHONY: test-e2e
-test-e2e: tools ## Run the end-to-end suite on a local kwok cluster.
+test-e2e: tools build ## Run the end-to-end suite on a local kwok cluster.
 	CONVEYOR_BIN=$(BIN) go test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./test/e2e/...
 
 ##@ Demo

@@ -1,0 +1,334 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the ServiceAccount with a
+// fresh token, so a local process has exactly the chart's RBAC.
+func serviceAccountKubeconfig(ctx context.Context, t *testing.T, ns, sa string) string {
+	t.Helper()
+	token, err := env.Kubectl(ctx, "create", "token", sa, "-n", ns, "--duration=2h")
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v: %s", ns, sa, err, token)
+	}
+	cfg := env.RESTConfig()
+	caData := cfg.CAData
+	if len(caData) == 0 && cfg.CAFile != "" {
+		var err error
+		if caData, err = os.ReadFile(cfg.CAFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: caData, InsecureSkipTLSVerify: cfg.Insecure}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: strings.TrimSpace(token)}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa}
+	kc.CurrentContext = "sa"
+	path := filepath.Join(t.TempDir(), sa+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startProcess runs a binary of ./bin until the test ends, its output in a log file that is
+// printed if the test fails.
+func startProcess(t *testing.T, name string, args ...string) {
+	t.Helper()
+	bin := filepath.Join(env.BinDir(), name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing (make build builds it): %v", bin, err)
+	}
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		if t.Failed() {
+			if data, err := os.ReadFile(logPath); err == nil {
+				lines := strings.Split(string(data), "\n")
+				t.Logf("last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+			}
+		}
+	})
+}
+
+// replaceArgs drops the flags named in drop from args and appends add.
+func replaceArgs(args []string, drop []string, add ...string) []string {
+	out := slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return slices.Contains(drop, name)
+	})
+	return append(out, add...)
+}
+
+// TestChartScenario installs the chart and runs the operator and conveyor-scheduler as local
+// processes authenticated with tokens of the chart's ServiceAccounts, with the chart's own
+// arguments and scheduler configuration: the chart's RBAC is what is exercised. The custom metrics
+// APIService reaches the local operator through an ExternalName Service to localhost. Then the
+// original scenario with autoscaling, helm upgrade, and helm uninstall, which leaves only the
+// retained PVCs of what Conveyor created.
+func TestChartScenario(t *testing.T) {
+	customMetricsOnce.Lock()
+	defer customMetricsOnce.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	h := newHelm(t)
+	system := newNamespace(ctx, t)
+	work := newNamespace(ctx, t)
+	const release = "conveyor"
+	c := env.Client()
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	installed := false
+	t.Cleanup(func() {
+		if installed {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, _ = h.run(ctx, "uninstall", release, "--namespace", system, "--ignore-not-found", "--wait", "--timeout", "90s")
+		}
+	})
+	installed = true
+	if out, err := h.run(ctx, "install", release, chartDir(), "--namespace", system, "--skip-crds", "--wait", "--timeout", "3m",
+		"--set", "customMetrics.service.externalName=localhost", "--set", fmt.Sprintf("customMetrics.service.port=%d", port),
+		"--set", "operator.replicas=1", "--set", "scheduler.replicas=1"); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+
+	// The operator: the chart's arguments, its ServiceAccount, its serving certificate.
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: system, Name: release + "-operator-tls"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	certDir := t.TempDir()
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(certDir, f), secret.Data[f], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dep := &appsv1.Deployment{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: system, Name: release + "-operator"}, dep); err != nil {
+		t.Fatal(err)
+	}
+	args := replaceArgs(dep.Spec.Template.Spec.Containers[0].Args,
+		[]string{"metrics-bind-address", "health-probe-bind-address", "custom-metrics-port", "custom-metrics-cert-dir"},
+		"--kubeconfig="+serviceAccountKubeconfig(ctx, t, system, dep.Spec.Template.Spec.ServiceAccountName),
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		fmt.Sprintf("--custom-metrics-port=%d", port), "--custom-metrics-bind-address=127.0.0.1", "--custom-metrics-cert-dir="+certDir)
+	startProcess(t, "conveyor-operator", args...)
+
+	// The scheduler: the chart's KubeSchedulerConfiguration, its ServiceAccount.
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: system, Name: release + "-scheduler-config"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	var schedConfig map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &schedConfig); err != nil {
+		t.Fatal(err)
+	}
+	schedConfig["clientConnection"].(map[string]any)["kubeconfig"] = serviceAccountKubeconfig(ctx, t, system, release+"-scheduler")
+	rendered, err := yaml.Marshal(schedConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configPath := filepath.Join(t.TempDir(), "scheduler.yaml")
+	if err := os.WriteFile(configPath, rendered, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProcess(t, "conveyor-scheduler", "--config="+configPath, "--secure-port=0")
+
+	if err := env.WaitAPIServiceAvailable(ctx, "v1beta2.custom.metrics.k8s.io", 3*time.Minute); err != nil {
+		t.Fatalf("the chart's custom metrics APIService is not Available with the local operator behind it: %v", err)
+	}
+
+	// The original scenario, in a namespace of its own, with autoscaling.
+	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
+		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}, Spec: schedulingv1alpha1.WorkerClassSpec{
+			Capacity: capacity, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5, ScaleDownStabilizationSeconds: ptr.To[int32](0)}}}
+	}
+	worker := func(class string) *appsv1alpha1.WorkerSet {
+		ws := workerSetOf(work, class, 1)
+		ws.Spec.Template.Spec.SchedulerName = schedulingv1alpha1.SchedulerName
+		return ws
+	}
+	// A set with a claim, retained when the set is deleted (the default), to see what uninstall leaves.
+	poolClass := work + "-pool"
+	createVolumePool(ctx, t, poolClass, 1)
+	store := workerSetOf(work, "store", 1)
+	store.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(poolClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}}
+	for _, o := range []client.Object{class("blue", 30), class("green", 15), class("yellow", 200), worker("blue"), worker("green"), worker("yellow"), store,
+		pipelineOf(work, "first", 10), pipelineOf(work, "second", 10), pipelineOf(work, "third", 10)} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+	eventually(ctx, t, "the HPA scales green to 3 and every pipeline is Ready", func(ctx context.Context) error {
+		ws := &appsv1alpha1.WorkerSet{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: work, Name: "green"}, ws); err != nil {
+			return err
+		}
+		phases, err := pipelinePhases(ctx, work)
+		if err != nil {
+			return err
+		}
+		if *ws.Spec.Replicas != 3 || phases["first"] != "Ready" || phases["second"] != "Ready" || phases["third"] != "Ready" {
+			return fmt.Errorf("green replicas %d, pipelines %v", *ws.Spec.Replicas, phases)
+		}
+		return nil
+	})
+	// conveyor-scheduler placed the worker Pods: its Scheduled Events name it.
+	eventually(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
+		events := &corev1.EventList{}
+		if err := c.List(ctx, events, client.InNamespace(work)); err != nil {
+			return err
+		}
+		n := 0
+		for _, e := range events.Items {
+			if e.Reason == "Scheduled" && e.ReportingController == schedulingv1alpha1.SchedulerName {
+				n++
+			}
+		}
+		if n < 5 {
+			return fmt.Errorf("%d Scheduled events by %s", n, schedulingv1alpha1.SchedulerName)
+		}
+		return nil
+	})
+
+	// Scale-down: third must never leave Ready.
+	var left []string
+	var lmu sync.Mutex
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		for watchCtx.Err() == nil {
+			phases, err := pipelinePhases(watchCtx, work)
+			if err == nil && phases["third"] != "" && phases["third"] != "Ready" {
+				lmu.Lock()
+				left = append(left, string(phases["third"]))
+				lmu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	for _, name := range []string{"first", "second"} {
+		if err := c.Delete(ctx, &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(ctx, t, "green scaled down to 1 worker", func(ctx context.Context) error {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(work), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: "green"}); err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("%d green Pods", len(pods.Items))
+		}
+		return nil
+	})
+	stopWatch()
+	lmu.Lock()
+	if len(left) > 0 {
+		t.Errorf("third left Ready during the scale-down: %v", left)
+	}
+	lmu.Unlock()
+
+	if out, err := h.run(ctx, "upgrade", release, chartDir(), "--namespace", system, "--reuse-values", "--set", "operator.logLevel=2", "--wait", "--timeout", "3m"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+
+	// Delete what users created, with the operator still running, then uninstall: of everything
+	// Conveyor created, only the retained claim is left.
+	for _, obj := range []client.Object{&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.WorkerClass{}, &appsv1alpha1.WorkerSet{}} {
+		if err := c.DeleteAllOf(ctx, obj, client.InNamespace(work)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := h.run(ctx, "uninstall", release, "--namespace", system, "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	installed = false
+	eventually(ctx, t, "only the retained claim is left", func(ctx context.Context) error {
+		var left []string
+		for _, l := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &schedulingv1alpha1.PipelineBindingList{}} {
+			if err := c.List(ctx, l, client.InNamespace(work)); err != nil {
+				return err
+			}
+			items, err := meta.ExtractList(l)
+			if err != nil {
+				return err
+			}
+			for _, item := range items {
+				o, err := meta.Accessor(item)
+				if err != nil {
+					return err
+				}
+				if o.GetName() != "kube-root-ca.crt" {
+					left = append(left, fmt.Sprintf("%T %s", item, o.GetName()))
+				}
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left: %v", left)
+		}
+		return nil
+	})
+	if got := claimNames(ctx, t, work); !slices.Equal(got, []string{"data-store-0"}) {
+		t.Errorf("claims after uninstall: %v, want the retained data-store-0", got)
+	}
+}
+
+func pipelinePhases(ctx context.Context, ns string) (map[string]schedulingv1alpha1.PipelinePhase, error) {
+	list := &schedulingv1alpha1.PipelineList{}
+	if err := env.Client().List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	out := map[string]schedulingv1alpha1.PipelinePhase{}
+	for _, p := range list.Items {
+		out[p.Name] = p.Status.Phase
+	}
+	return out, nil
+}
