@@ -165,6 +165,15 @@ func (d *demo) scenario(ctx context.Context) error {
 		}
 	}
 
+	if err := d.workerDies(ctx); err != nil {
+		return err
+	}
+	return d.loadDrops(ctx)
+}
+
+// workerDies deletes a yellow worker and shows the pipelines repaired.
+func (d *demo) workerDies(ctx context.Context) error {
+	c := d.cluster.Client()
 	d.step("A yellow worker dies: kubectl delete pod yellow-0")
 	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "yellow-0", Namespace: namespace}}); err != nil {
 		return err
@@ -182,10 +191,13 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{"first": "Ready", "second": "Ready", "third": "Ready"}); err != nil {
 		return err
 	}
-	if err := d.tables(ctx); err != nil {
-		return err
-	}
+	return d.tables(ctx)
+}
 
+// loadDrops deletes two pipelines: the autoscaler scales green down and the drain keeps the last
+// pipeline Ready.
+func (d *demo) loadDrops(ctx context.Context) error {
+	c := d.cluster.Client()
 	d.step("Load drops: kubectl delete pipeline first second")
 	for _, name := range []string{"first", "second"} {
 		if err := c.Delete(ctx, &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}); err != nil {
@@ -348,4 +360,3 @@ func (d *demo) endpoints(ctx context.Context, svc string) string {
 	sort.Strings(pods)
 	return strings.Join(pods, ",")
 }
-

@@ -41,7 +41,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := pipeline.SetupIndexes(ctx, mgr); err != nil {
 		return err
 	}
-	if err := (&pipeline.PipelineReconciler{
+	if err := (&pipeline.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.PipelineConcurrency,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pipeline controller: %w", err)

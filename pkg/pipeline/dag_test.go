@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -69,7 +70,10 @@ func FuzzValidateDAG(f *testing.F) {
 		order, err := validateDAG(workers)
 		if err != nil {
 			// A reported cycle must be a real one: consecutive stages joined by edges.
-			de := err.(*dagError)
+			var de *dagError
+			if !errors.As(err, &de) {
+				t.Fatalf("unexpected error type %T", err)
+			}
 			if de.reason != schedulingv1alpha1.ReasonCycle || len(de.cycle) < 2 || de.cycle[0] != de.cycle[len(de.cycle)-1] {
 				t.Fatalf("unexpected error %v (cycle %v)", err, de.cycle)
 			}

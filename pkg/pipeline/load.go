@@ -46,8 +46,3 @@ func desiredWorkers(requested, capacity int64, targetUtilization int32) int32 {
 	per := capacity * int64(targetUtilization) // per worker, in hundredths
 	return int32((requested*100 + per - 1) / per)
 }
-
-// targetPerWorker is the HPA's target average value: capacity × targetUtilization / 100.
-func targetPerWorker(capacity int64, targetUtilization int32) float64 {
-	return float64(capacity) * float64(targetUtilization) / 100
-}

@@ -36,10 +36,10 @@ const (
 	conflictRequeue = time.Second
 )
 
-// PipelineReconciler places Pipelines: it validates them, picks a worker Pod per stage with spare
+// Reconciler is the Pipeline controller. It places Pipelines: it validates them, picks a worker Pod per stage with spare
 // capacity, writes the bindings, repairs DeadEnd stages, moves stages off draining Pods, keeps the
 // routes ConfigMap, and reports the phase.
-type PipelineReconciler struct {
+type Reconciler struct {
 	client.Client
 	Recorder                events.EventRecorder
 	MaxConcurrentReconciles int
@@ -57,7 +57,7 @@ type PipelineReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller and its watches.
-func (r *PipelineReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipeline").
@@ -71,7 +71,7 @@ func (r *PipelineReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func (r *PipelineReconciler) init() {
+func (r *Reconciler) init() {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -87,7 +87,7 @@ func workerPodPredicate() predicate.Predicate {
 
 // pipelinesUsing lists the requests for the pipelines of a namespace that use a class, optionally
 // only those not Ready (the ones that wait for capacity).
-func (r *PipelineReconciler) pipelinesUsing(ctx context.Context, namespace, class string, waitingOnly bool) []reconcile.Request {
+func (r *Reconciler) pipelinesUsing(ctx context.Context, namespace, class string, waitingOnly bool) []reconcile.Request {
 	list := &schedulingv1alpha1.PipelineList{}
 	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{pipelineClassIndex: class}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "List pipelines for a watch event", "class", class)
@@ -104,14 +104,14 @@ func (r *PipelineReconciler) pipelinesUsing(ctx context.Context, namespace, clas
 }
 
 // bindingToWaitingPipelines: a binding that changes or goes away may free capacity.
-func (r *PipelineReconciler) bindingToWaitingPipelines(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) bindingToWaitingPipelines(ctx context.Context, o client.Object) []reconcile.Request {
 	b := o.(*schedulingv1alpha1.PipelineBinding)
 	return r.pipelinesUsing(ctx, b.Namespace, b.Spec.Class, true)
 }
 
 // podToPipelines: a worker Pod that becomes Ready or starts draining matters to the pipelines
 // waiting for its class and to the pipelines bound to it.
-func (r *PipelineReconciler) podToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) podToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
 	out := r.pipelinesUsing(ctx, o.GetNamespace(), o.GetLabels()[schedulingv1alpha1.WorkerClassLabel], true)
 	bindings := &schedulingv1alpha1.PipelineBindingList{}
 	if err := r.List(ctx, bindings, client.InNamespace(o.GetNamespace()), client.MatchingFields{bindingPodIndex: o.GetName()}); err == nil {
@@ -122,7 +122,7 @@ func (r *PipelineReconciler) podToPipelines(ctx context.Context, o client.Object
 	return out
 }
 
-func (r *PipelineReconciler) classToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) classToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.pipelinesUsing(ctx, o.GetNamespace(), o.GetName(), false)
 }
 
@@ -144,7 +144,7 @@ type pipelineScope struct {
 }
 
 // Reconcile places one Pipeline.
-func (r *PipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pl := &schedulingv1alpha1.Pipeline{}
 	if err := r.Get(ctx, req.NamespacedName, pl); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -183,7 +183,7 @@ func (r *PipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return ctrl.Result{}, nil
 }
 
-func (r *PipelineReconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeline) (*pipelineScope, error) {
+func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeline) (*pipelineScope, error) {
 	s := &pipelineScope{
 		pipeline: pl,
 		classes:  map[string]*schedulingv1alpha1.WorkerClass{},
@@ -230,11 +230,13 @@ func stageClasses(pl *schedulingv1alpha1.Pipeline) []string {
 
 // sync decides and writes the bindings: validation, then repair of DeadEnd stages, then
 // placement of what is unplaced or must move off a draining Pod.
-func (r *PipelineReconciler) sync(ctx context.Context, s *pipelineScope) error {
+func (r *Reconciler) sync(ctx context.Context, s *pipelineScope) error {
 	pl := s.pipeline
 	order, err := validateDAG(pl.Spec.Workers)
 	if err != nil {
-		s.invalid = err.(*dagError)
+		if !errors.As(err, &s.invalid) {
+			return err
+		}
 		return r.releaseAll(ctx, s)
 	}
 	s.order = order
@@ -284,7 +286,7 @@ func needsPlacement(s *pipelineScope, name string) (needs, move bool) {
 
 // placeStages places, all or nothing, the stages that need a worker. A pipeline with no stage
 // placed holds no capacity until all fit, so two half-placed pipelines never block each other.
-func (r *PipelineReconciler) placeStages(ctx context.Context, s *pipelineScope) error {
+func (r *Reconciler) placeStages(ctx context.Context, s *pipelineScope) error {
 	pl := s.pipeline
 	var stages []stage
 	moves := map[string]bool{}
@@ -412,7 +414,7 @@ func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, exis
 }
 
 // writeBindings creates or updates bindings; a failed write takes its reservation back.
-func (r *PipelineReconciler) writeBindings(ctx context.Context, s *pipelineScope, writes []*schedulingv1alpha1.PipelineBinding) error {
+func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes []*schedulingv1alpha1.PipelineBinding) error {
 	var errs []error
 	for _, b := range writes {
 		var err error
@@ -436,7 +438,7 @@ func (r *PipelineReconciler) writeBindings(ctx context.Context, s *pipelineScope
 }
 
 // unset releases the stages' Pods: their bindings become Unset, their capacity free.
-func (r *PipelineReconciler) unset(ctx context.Context, s *pipelineScope, stages []string) error {
+func (r *Reconciler) unset(ctx context.Context, s *pipelineScope, stages []string) error {
 	var writes []*schedulingv1alpha1.PipelineBinding
 	r.ledger.mu.Lock()
 	for _, name := range stages {
@@ -454,7 +456,7 @@ func (r *PipelineReconciler) unset(ctx context.Context, s *pipelineScope, stages
 }
 
 // releaseAll unsets every binding of an Invalid or never-placeable pipeline.
-func (r *PipelineReconciler) releaseAll(ctx context.Context, s *pipelineScope) error {
+func (r *Reconciler) releaseAll(ctx context.Context, s *pipelineScope) error {
 	var held []string
 	for name, b := range s.bindings {
 		if b.Spec.Pod != "" {
@@ -477,7 +479,7 @@ func (r *PipelineReconciler) releaseAll(ctx context.Context, s *pipelineScope) e
 	return r.writeBindings(ctx, s, writes)
 }
 
-func (r *PipelineReconciler) deleteBindings(ctx context.Context, bindings []*schedulingv1alpha1.PipelineBinding) error {
+func (r *Reconciler) deleteBindings(ctx context.Context, bindings []*schedulingv1alpha1.PipelineBinding) error {
 	var errs []error
 	for _, b := range bindings {
 		r.ledger.mu.Lock()
@@ -595,7 +597,7 @@ func phaseOr(p schedulingv1alpha1.BindingPhase, def string) string {
 
 // writeStatus writes the status once if it changed, with an Event on a phase change;
 // observedGeneration moves only on success.
-func (r *PipelineReconciler) writeStatus(ctx context.Context, s *pipelineScope, st schedulingv1alpha1.PipelineStatus, success bool) error {
+func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st schedulingv1alpha1.PipelineStatus, success bool) error {
 	pl := s.pipeline
 	if success {
 		st.ObservedGeneration = pl.Generation

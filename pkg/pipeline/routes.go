@@ -52,7 +52,7 @@ func buildRoutes(pl *schedulingv1alpha1.Pipeline, bindings map[string]*schedulin
 }
 
 // syncRoutes keeps the pipeline's routes ConfigMap in line with its stages and bindings.
-func (r *PipelineReconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
+func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if s.invalid != nil {
 		return nil
 	}

@@ -81,7 +81,7 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset"), MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&PipelineReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8}).SetupWithManager(mgr); err != nil {
+	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second}).SetupWithManager(mgr); err != nil {

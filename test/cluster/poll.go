@@ -45,7 +45,7 @@ func Poll(ctx context.Context, timeout, interval time.Duration, cond func(ctx co
 				last = errors.New("the condition never held")
 			}
 			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
-				return fmt.Errorf("stopped waiting (%v): %w", cause, last)
+				return fmt.Errorf("stopped waiting (%w): %w", cause, last)
 			}
 			return fmt.Errorf("gave up after %s: %w", timeout, last)
 		case <-ticker.C:

@@ -70,7 +70,7 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 	eventually(ctx, t, "the aggregated API serves workerclass_request", func(ctx context.Context) error {
 		out, err := env.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/"+ns+"/workerclasses.scheduling.conveyor.dev/green/workerclass_request")
 		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
+			return fmt.Errorf("%w: %s", err, out)
 		}
 		return nil
 	})

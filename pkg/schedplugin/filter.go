@@ -1,0 +1,100 @@
+package schedplugin
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// preFilterStateKey is where PreFilter leaves the Pod's cost for Filter.
+const preFilterStateKey fwk.StateKey = "PreFilter" + Name
+
+// ErrReasonBudget is the reason a node fails the Filter. It names no number, so the scheduler
+// counts the nodes that share it in the Pod's PodScheduled condition
+// ("0/6 nodes are available: 6 node(s) would exceed their documents-per-second budget.").
+const ErrReasonBudget = "node(s) would exceed their documents-per-second budget"
+
+// preFilterState is the Pod's cost and the class table of the cycle. Never modified; shared by Clone.
+type preFilterState struct {
+	cost  int64
+	costs costs
+}
+
+func (s *preFilterState) Clone() fwk.StateData { return s }
+
+// PreFilter rejects a worker Pod whose WorkerClass does not exist (yet): nothing is known about
+// what it costs, and placing it anyway would put it where its cost was never counted. Like a Pod
+// whose PersistentVolumeClaim is missing, it waits, and the class informer requeues it as soon as
+// the class appears. With enforceNodeCapacity, PreFilter also computes the Pod's cost once for the
+// Filter; without it, or for a Pod without the class label, the Filter is skipped.
+func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	pl.filtering.Store(true)
+	s, status := pl.newPreFilterState(pod)
+	if !status.IsSuccess() {
+		return nil, status
+	}
+	if !pl.args.EnforceNodeCapacity {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cycleState.Write(preFilterStateKey, s)
+	return nil, nil
+}
+
+func (pl *WorkerClassCapacity) newPreFilterState(pod *v1.Pod) (*preFilterState, *fwk.Status) {
+	key, ok := classOf(pod)
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if !pl.classes.synced() {
+		return nil, fwk.AsStatus(errNotSynced)
+	}
+	table := pl.classes.costs()
+	cost, ok := table[key]
+	if !ok {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("WorkerClass %s/%s, named by the Pod's label %s, does not exist", key.namespace, key.name, schedulingv1alpha1.WorkerClassLabel))
+	}
+	return &preFilterState{cost: cost, costs: table}, nil
+}
+
+// PreFilterExtensions returns nil: Filter reads the Pods on the node from the NodeInfo it is
+// given, so preemption's what-if copies need no incremental state.
+func (pl *WorkerClassCapacity) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter rejects a node with a budget that the Pod would exceed. A node without a known budget
+// takes any Pod.
+func (pl *WorkerClassCapacity) Filter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, status := pl.preFilterState(cycleState, pod)
+	if !status.IsSuccess() {
+		if status.IsSkip() {
+			return nil
+		}
+		return status
+	}
+	budget, known := nodeBudget(nodeInfo.Node(), pl.args.DefaultNodeCapacity)
+	if !known {
+		return nil
+	}
+	if s.costs.hosted(nodeInfo)+s.cost > budget {
+		return fwk.NewStatus(fwk.Unschedulable, ErrReasonBudget)
+	}
+	return nil
+}
+
+func (pl *WorkerClassCapacity) preFilterState(cycleState fwk.CycleState, pod *v1.Pod) (*preFilterState, *fwk.Status) {
+	if data, err := cycleState.Read(preFilterStateKey); err == nil {
+		if s, ok := data.(*preFilterState); ok {
+			return s, nil
+		}
+		return nil, fwk.AsStatus(fmt.Errorf("%s: PreFilter state has type %T", Name, data))
+	}
+	if !pl.args.EnforceNodeCapacity {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// PreFilter did not run (a profile may enable Filter alone): compute the state here.
+	return pl.newPreFilterState(pod)
+}
