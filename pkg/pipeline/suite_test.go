@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,44 +32,29 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
+	os.Exit(testenv.Run(m, startSuite))
 }
 
-func runSuite(m *testing.M) int {
-	env, err := testenv.New()
+func startSuite(ctx context.Context, cfg *rest.Config) error {
+	envCfg = cfg
+	var err error
+	if envK8s, err = client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
+		return err
+	}
+	ctrl.SetLogger(testenv.Logger())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
-		if code := testenv.SkipOrFail(err); code != 0 {
-			return code
-		}
-		return m.Run()
+		return err
 	}
-	if envCfg, err = env.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "start envtest: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if envK8s, err = client.NewWithWatch(envCfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
-		fmt.Fprintf(os.Stderr, "client: %v\n", err)
-		return 1
-	}
-	ctrl.SetLogger(testLogger())
-	mgr, err := ctrl.NewManager(envCfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	if err := setupAll(ctx, mgr); err != nil {
-		fmt.Fprintf(os.Stderr, "setup: %v\n", err)
-		return 1
+		return err
 	}
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)
 		}
 	}()
-	return m.Run()
+	return nil
 }
 
 func setupAll(ctx context.Context, mgr ctrl.Manager) error {
@@ -93,40 +76,13 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	return (&HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 }
 
-func testLogger() logr.Logger {
-	if os.Getenv("TEST_LOG") == "" {
-		return logr.Discard()
-	}
-	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4)))
-}
+func needEnv(t *testing.T) { t.Helper(); testenv.NeedEnv(t, envCfg) }
 
-func needEnv(t *testing.T) {
-	t.Helper()
-	if envCfg == nil {
-		t.Skip("integration test: needs the envtest control plane (run without -short)")
-	}
-}
-
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pl-"}}
-	if err := envK8s.Create(context.Background(), ns); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { t.Helper(); return testenv.NewNamespace(t, envK8s, "pl") }
 
 func eventually(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = fn(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: still not true after 90s: %v", what, err)
+	testenv.Eventually(t, what, fn)
 }
 
 // fakeKubelet plays the kubelet and the EndpointSlice controller for a namespace until the test

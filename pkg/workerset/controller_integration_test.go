@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"sync"
 	"testing"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,19 +21,11 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
-
-func testLogger() logr.Logger {
-	if os.Getenv("TEST_LOG") == "" {
-		return logr.Discard()
-	}
-	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4)))
-}
 
 // createSet creates the set in ns and returns it as stored.
 func createSet(t *testing.T, ns string, set *appsv1alpha1.WorkerSet) *appsv1alpha1.WorkerSet {

@@ -56,11 +56,7 @@ func (c *Cluster) RegisterLocalAPIService(ctx context.Context, namespace, group,
 	if err != nil {
 		return nil, err
 	}
-	scheme := Scheme()
-	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	cl, err := client.New(c.restConfig, client.Options{Scheme: scheme})
+	cl, err := c.aggregatorClient()
 	if err != nil {
 		return nil, err
 	}
@@ -81,11 +77,7 @@ func (c *Cluster) RegisterLocalAPIService(ctx context.Context, namespace, group,
 
 // WaitAPIServiceAvailable waits until the aggregator reports the APIService Available.
 func (c *Cluster) WaitAPIServiceAvailable(ctx context.Context, name string, timeout time.Duration) error {
-	scheme := Scheme()
-	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cl, err := client.New(c.restConfig, client.Options{Scheme: scheme})
+	cl, err := c.aggregatorClient()
 	if err != nil {
 		return err
 	}
@@ -105,15 +97,20 @@ func (c *Cluster) WaitAPIServiceAvailable(ctx context.Context, name string, time
 
 // DeleteAPIService removes an APIService, so a later test may register the group again.
 func (c *Cluster) DeleteAPIService(ctx context.Context, name string) error {
-	scheme := Scheme()
-	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cl, err := client.New(c.restConfig, client.Options{Scheme: scheme})
+	cl, err := c.aggregatorClient()
 	if err != nil {
 		return err
 	}
 	return client.IgnoreNotFound(cl.Delete(ctx, &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+}
+
+// aggregatorClient is a client that also knows the APIService type.
+func (c *Cluster) aggregatorClient() (client.Client, error) {
+	scheme := Scheme()
+	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(c.restConfig, client.Options{Scheme: scheme})
 }
 
 func freeLoopbackPort() (int, error) {

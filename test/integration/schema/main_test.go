@@ -3,7 +3,7 @@
 package schema
 
 import (
-	"fmt"
+	"context"
 	"os"
 	"testing"
 
@@ -19,30 +19,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	env, err := testenv.New()
-	if err != nil {
-		return testenv.SkipOrFail(err)
-	}
-	cfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start envtest: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stop envtest: %v\n", err)
-		}
-	}()
-	k8s, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "client: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testenv.Run(m, func(_ context.Context, c *rest.Config) error {
+		cfg = c
+		var err error
+		k8s, err = client.New(c, client.Options{Scheme: testenv.Scheme()})
+		return err
+	}))
 }
 
 func keyOf(obj client.Object) client.ObjectKey { return client.ObjectKeyFromObject(obj) }

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 const (
@@ -44,6 +46,7 @@ var nameSeq atomic.Int32
 // create sends the manifest under a fresh namespace-unique name unless the manifest names itself.
 func create(t *testing.T, manifest string) (*unstructured.Unstructured, error) {
 	t.Helper()
+	testenv.NeedEnv(t, cfg)
 	obj := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(manifest), &obj.Object); err != nil {
 		t.Fatalf("bad test manifest: %v\n%s", err, manifest)
