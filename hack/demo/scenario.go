@@ -147,6 +147,10 @@ func (d *demo) scenario(ctx context.Context) error {
 	if len(pipelines) != 3 {
 		return fmt.Errorf("want the three pipelines of the scenario in %s/, found %d", examplesDir, len(pipelines))
 	}
+	d.step("Pipelines first, second and third, one at a time")
+	d.info("each green worker handles 15 documents/s, so every pipeline needs a green worker of its own: a pipeline")
+	d.info("that does not fit stays Pending until the HorizontalPodAutoscaler of green adds a worker (it reads the")
+	d.info("requested load, 10 documents/s per pipeline, through custom.metrics.k8s.io)")
 	for _, p := range pipelines {
 		name := p.GetName()
 		d.step("Pipeline %s: %d documents/s through blue -> green -> yellow", name, 10)
@@ -154,9 +158,6 @@ func (d *demo) scenario(ctx context.Context) error {
 		if err := c.Create(ctx, p); err != nil {
 			return fmt.Errorf("create pipeline %s: %w", name, err)
 		}
-		d.info("each green worker handles 15 documents/s, so every pipeline needs a green worker of its own: a pipeline")
-		d.info("that does not fit stays Pending until the HorizontalPodAutoscaler of green adds a worker (it reads the")
-		d.info("requested load, %d documents/s per pipeline, through custom.metrics.k8s.io)", 10)
 		if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{name: schedulingv1alpha1.PipelineReady}); err != nil {
 			return err
 		}
@@ -171,25 +172,53 @@ func (d *demo) scenario(ctx context.Context) error {
 	return d.loadDrops(ctx)
 }
 
-// workerDies deletes a yellow worker and shows the pipelines repaired.
+// workerDies deletes a yellow worker and shows the pipelines repaired: their bindings on the old
+// Pod go DeadEnd, the pipelines Broken, and the stages are placed again on the new yellow-0.
 func (d *demo) workerDies(ctx context.Context) error {
 	c := d.cluster.Client()
 	d.step("A yellow worker dies: kubectl delete pod yellow-0")
-	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "yellow-0", Namespace: namespace}}); err != nil {
+	old := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "yellow-0"}, old); err != nil {
 		return err
 	}
-	if err := d.waitFor(ctx, "the pipelines to notice", func(ctx context.Context) (bool, string, error) {
+	if err := c.Delete(ctx, old); err != nil {
+		return err
+	}
+	d.info("the bindings on the old yellow-0 go DeadEnd, their pipelines Broken; the WorkerSet starts a new yellow-0")
+	d.info("and the stages are placed on it again")
+	if err := d.waitFor(ctx, "every pipeline Ready on the new yellow-0", func(ctx context.Context) (bool, string, error) {
+		bindings := &schedulingv1alpha1.PipelineBindingList{}
+		if err := c.List(ctx, bindings, client.InNamespace(namespace)); err != nil {
+			return false, "", err
+		}
+		for _, b := range bindings.Items {
+			if b.Spec.Class == "yellow" && (b.Status.PodUID == "" || b.Status.PodUID == old.UID || b.Status.Phase != schedulingv1alpha1.BindingReady) {
+				return false, fmt.Sprintf("%s is %s", b.Name, b.Status.Phase), nil
+			}
+		}
 		phases, err := d.phases(ctx)
-		return phases["first"] != schedulingv1alpha1.PipelineReady || phases["second"] != schedulingv1alpha1.PipelineReady, fmt.Sprint(phases), err
+		if err != nil {
+			return false, "", err
+		}
+		for _, p := range phases {
+			if p != schedulingv1alpha1.PipelineReady {
+				return false, fmt.Sprint(phases), nil
+			}
+		}
+		return true, "", nil
 	}); err != nil {
 		return err
 	}
-	if err := d.tables(ctx); err != nil {
-		return err
-	}
-	d.info("the bindings on the old yellow-0 are DeadEnd, their pipelines Broken; they are placed again on the new yellow-0")
-	if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{"first": "Ready", "second": "Ready", "third": "Ready"}); err != nil {
-		return err
+	events := &corev1.EventList{}
+	if err := c.List(ctx, events, client.InNamespace(namespace)); err == nil {
+		var broken []string
+		for _, e := range events.Items {
+			if e.Reason == string(schedulingv1alpha1.PipelineBroken) && e.InvolvedObject.Kind == "Pipeline" {
+				broken = append(broken, e.InvolvedObject.Name)
+			}
+		}
+		sort.Strings(broken)
+		d.info("Broken Events (kubectl get events --field-selector reason=Broken): %s", strings.Join(broken, ", "))
 	}
 	return d.tables(ctx)
 }

@@ -23,10 +23,10 @@ var (
 		[]string{"workerclass", "workerclass_namespace"}, nil)
 	pipelinesDesc = prometheus.NewDesc("conveyor_pipelines",
 		"Pipelines by phase.",
-		[]string{"namespace", "phase"}, nil)
+		[]string{"pipeline_namespace", "phase"}, nil)
 	bindingsDesc = prometheus.NewDesc("conveyor_pipeline_bindings",
 		"PipelineBindings by phase.",
-		[]string{"namespace", "phase"}, nil)
+		[]string{"pipeline_namespace", "phase"}, nil)
 )
 
 // Collector computes Conveyor's metrics from the cache at scrape time, so every operator replica

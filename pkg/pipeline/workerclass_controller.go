@@ -110,7 +110,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	autoscaled, reason, msg, syncErr := r.syncAutoscaler(ctx, wc)
 	if syncErr != nil {
 		st.ObservedGeneration = wc.Status.ObservedGeneration
-		reason, msg = "AutoscalerWriteFailed", syncErr.Error()
+		reason, msg = schedulingv1alpha1.ReasonAutoscalerWriteFailed, syncErr.Error()
 	}
 	status = metav1.ConditionFalse
 	if autoscaled {

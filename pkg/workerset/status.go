@@ -59,9 +59,12 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 		setCondition(&st, appsv1alpha1.WorkerSetAvailable, metav1.ConditionFalse, appsv1alpha1.ReasonReplicasUnavailable,
 			fmt.Sprintf("%d of %d Pods are available", st.AvailableReplicas, replicas), gen)
 	}
-	if p.progressReason != "" {
+	switch {
+	case p.progressReason != "":
 		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionTrue, p.progressReason, p.progressMessage, gen)
-	} else {
+	case p.pausedMessage != "":
+		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionFalse, appsv1alpha1.ReasonRolloutPaused, p.pausedMessage, gen)
+	default:
 		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionFalse, appsv1alpha1.ReasonReconciled,
 			fmt.Sprintf("the set has the %d Pods it asks for", replicas), gen)
 	}

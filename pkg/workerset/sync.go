@@ -57,6 +57,9 @@ type plan struct {
 	// progress says what the set is doing, for the Progressing condition: a reason from the API
 	// package and a message, or empty when there is nothing left to do.
 	progressReason, progressMessage string
+	// pausedMessage, when the set has nothing left to do, says that Pods below the partition keep
+	// an older revision.
+	pausedMessage string
 }
 
 // podCreate is a Pod to create and the claims that must exist before it.
@@ -234,7 +237,7 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 		partition = partitionOf(s.set)
 	}
 	var candidates []*corev1.Pod
-	unavailable := 0
+	unavailable, held := 0, 0
 	for ordinal := range replicas {
 		pod := s.pods[ordinal]
 		if pod == nil || pod.DeletionTimestamp != nil || p.deleting(pod) {
@@ -244,8 +247,12 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 		if ok, _ := isAvailable(pod, s.set.Spec.MinReadySeconds, s.now); !ok {
 			unavailable++
 		}
-		if ordinal >= partition && pod.Labels[appsv1alpha1.RevisionLabel] != s.revision {
-			candidates = append(candidates, pod)
+		if pod.Labels[appsv1alpha1.RevisionLabel] != s.revision {
+			if ordinal >= partition {
+				candidates = append(candidates, pod)
+			} else {
+				held++
+			}
 		}
 	}
 	slices.SortFunc(candidates, func(a, b *corev1.Pod) int { return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name) })
@@ -268,6 +275,9 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 	}
 	if !rolling {
 		return 0
+	}
+	if held > 0 {
+		p.pausedMessage = fmt.Sprintf("%d Pods below partition %d keep an older revision than %s", held, partition, s.revision)
 	}
 	return len(candidates)
 }

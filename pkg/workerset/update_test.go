@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
@@ -200,5 +202,16 @@ func TestDrain(t *testing.T) {
 	s = scopeFor(set, podsOf(set, podReady, 0, 1, 2))
 	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) || len(p.drains) != 0 {
 		t.Errorf("drainTimeoutSeconds 0 deletes at once: deletes %v drains %d", p.deleteNames(), len(p.drains))
+	}
+}
+
+func TestRolloutPausedAtThePartition(t *testing.T) {
+	set := newSet("w").replicas(4).rolling(2, intstr.FromInt32(1)).obj()
+	s := scopeFor(set, concat(atRevision("old", podsOf(set, podReady, 0, 1)), podsOf(set, podReady, 2, 3)))
+	p := decide(s)
+	st, _ := computeStatus(s, p, nil)
+	c := meta.FindStatusCondition(st.Conditions, appsv1alpha1.WorkerSetProgressing)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != appsv1alpha1.ReasonRolloutPaused || c.Message != "2 Pods below partition 2 keep an older revision than rev" {
+		t.Errorf("Progressing %+v", c)
 	}
 }

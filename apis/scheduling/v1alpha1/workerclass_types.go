@@ -168,6 +168,9 @@ const (
 	// ReasonAutoscalerConflict: a HorizontalPodAutoscaler of the class's name exists and is not
 	// owned by the class; the operator leaves it alone.
 	ReasonAutoscalerConflict = "AutoscalerConflict"
+	// ReasonAutoscalerWriteFailed: writing the HorizontalPodAutoscaler failed; the message has the
+	// API error.
+	ReasonAutoscalerWriteFailed = "AutoscalerWriteFailed"
 	// ReasonAutoscalingDisabled: spec.autoscaling is not set; the operator owns no autoscaler.
 	ReasonAutoscalingDisabled = "AutoscalingDisabled"
 	// ReasonWrongScheduler: the WorkerSet template's schedulerName is not conveyor-scheduler.
