@@ -7,13 +7,16 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -245,4 +248,169 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if got := claimNames(ctx, t, ns); !slices.Equal(got, []string{"data-w-0", "data-w-1"}) {
 		t.Fatalf("claims after deleting the set with whenDeleted: Retain: %v", got)
 	}
+}
+
+// TestRollingUpdateOnKwok rolls a new template through 10 Pods with maxUnavailable 3, sampling the
+// Pods throughout: never more than 3 wanted Pods unavailable, and all 10 on the new revision at the end.
+func TestRollingUpdateOnKwok(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(ctx, t)
+	startOperator(t, ns)
+	c := env.Client()
+	maxUnavailable := intstr.FromInt32(3)
+	set := workerSetOf(ns, "roll", 10)
+	set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{Type: appsv1alpha1.RollingUpdateWorkerSetStrategyType,
+		RollingUpdate: &appsv1alpha1.RollingUpdateWorkerSetStrategy{MaxUnavailable: &maxUnavailable}}
+	if err := c.Create(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	waitSetReady := func(what string) *appsv1alpha1.WorkerSet {
+		got := &appsv1alpha1.WorkerSet{}
+		eventually(ctx, t, what, func(ctx context.Context) error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
+				return err
+			}
+			st := got.Status
+			if st.ObservedGeneration != got.Generation || st.ReadyReplicas != 10 || st.UpdatedReplicas != 10 || st.CurrentRevision != st.UpdateRevision {
+				return fmt.Errorf("status: generation %d/%d ready %d updated %d current %s update %s", st.ObservedGeneration, got.Generation, st.ReadyReplicas, st.UpdatedReplicas, st.CurrentRevision, st.UpdateRevision)
+			}
+			return nil
+		})
+		return got
+	}
+	before := waitSetReady("10 Pods Ready")
+
+	// Sample the Pods while the update rolls.
+	sampleCtx, stop := context.WithCancel(ctx)
+	var worst int
+	var samples int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for sampleCtx.Err() == nil {
+			pods := &corev1.PodList{}
+			if err := c.List(sampleCtx, pods, client.InNamespace(ns)); err == nil {
+				ready := 0
+				for _, p := range pods.Items {
+					if p.DeletionTimestamp == nil && podReady(&p) {
+						ready++
+					}
+				}
+				worst = max(worst, 10-ready)
+				samples++
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	patch := client.MergeFrom(before.DeepCopy())
+	before.Spec.Template.Spec.Containers[0].Image = "worker:2"
+	if err := c.Patch(ctx, before, patch); err != nil {
+		t.Fatal(err)
+	}
+	after := waitSetReady("the update rolled through all 10 Pods")
+	stop()
+	<-done
+	if after.Status.UpdateRevision == before.Status.UpdateRevision {
+		t.Fatalf("update revision unchanged: %s", after.Status.UpdateRevision)
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.Containers[0].Image != "worker:2" || p.Labels[appsv1alpha1.RevisionLabel] != after.Status.UpdateRevision {
+			t.Errorf("pod %s: image %s revision %s", p.Name, p.Spec.Containers[0].Image, p.Labels[appsv1alpha1.RevisionLabel])
+		}
+	}
+	t.Logf("%d samples, at most %d of 10 Pods unavailable", samples, worst)
+	if worst > 3 {
+		t.Fatalf("at some point %d Pods were unavailable, maxUnavailable is 3", worst)
+	}
+	if worst == 0 {
+		t.Fatalf("no sample saw the rollout: the check proved nothing")
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestClaimResizeOnKwok raises a claim template's storage with a StorageClass that allows
+// expansion: the bound claims' requests are patched and the set reports them updated. No CSI driver
+// runs on a kwok cluster, so the volumes themselves do not grow: the claims' specs and the set's
+// status are what is checked.
+func TestClaimResizeOnKwok(t *testing.T) {
+	ctx := testContext(t)
+	ns := newNamespace(ctx, t)
+	startOperator(t, ns)
+	c := env.Client()
+	class := ns + "-expandable"
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "kubernetes.io/no-provisioner", AllowVolumeExpansion: ptr.To(true)}
+	if err := c.Create(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), sc) })
+	createVolumePool(ctx, t, class, 2)
+	set := workerSetOf(ns, "store", 2)
+	set.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}}
+	if err := c.Create(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "claims bound and Pods Ready", func(ctx context.Context) error {
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := c.List(ctx, claims, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		bound := 0
+		for _, cl := range claims.Items {
+			if cl.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		got := &appsv1alpha1.WorkerSet{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
+			return err
+		}
+		if bound != 2 || got.Status.ReadyReplicas != 2 {
+			return fmt.Errorf("%d claims bound, %d Pods Ready", bound, got.Status.ReadyReplicas)
+		}
+		return nil
+	})
+	got := &appsv1alpha1.WorkerSet{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("3Gi")
+	if err := c.Patch(ctx, got, patch); err != nil {
+		t.Fatalf("raise storage: %v", err)
+	}
+	eventually(ctx, t, "both claims request 3Gi and the set reports them updated", func(ctx context.Context) error {
+		for _, name := range []string{"data-store-0", "data-store-1"} {
+			cl := &corev1.PersistentVolumeClaim{}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cl); err != nil {
+				return err
+			}
+			if q := cl.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "3Gi" {
+				return fmt.Errorf("%s requests %s", name, q.String())
+			}
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
+			return err
+		}
+		st := got.Status.VolumeClaimTemplates
+		if len(st) != 1 || st[0].Claims != 2 || st[0].Updated != 2 || st[0].Storage.String() != "3Gi" {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
 }
