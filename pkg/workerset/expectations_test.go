@@ -2,11 +2,14 @@ package workerset
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 )
 
 func TestExpectations(t *testing.T) {
@@ -59,5 +62,27 @@ func TestSlowStart(t *testing.T) {
 	})
 	if err == nil || ok != 6 || calls.Load() != 7 {
 		t.Fatalf("failure in third batch: ok=%d err=%v calls=%d, want ok=6 calls=7", ok, err, calls.Load())
+	}
+}
+
+func TestSuccessEventsAreBatched(t *testing.T) {
+	rec := events.NewFakeRecorder(100)
+	set := newSet("w").obj()
+	s := &successes{}
+	key := successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}
+	for i := range 90 {
+		s.add(key, fmt.Sprintf("w-%d", i))
+	}
+	s.emit(rec, set)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d Events for 90 creates, want 3 (40 names each at most): %v", len(got), got)
+	}
+	if !strings.Contains(got[0], "create Pods w-0, w-1,") || !strings.Contains(got[2], "w-89 in WorkerSet w successful") {
+		t.Errorf("events %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +55,8 @@ func isDeleteError(err error) bool {
 
 // apply carries out the plan. It stops at the first failing batch and returns the errors.
 func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
+	done := &successes{}
+	defer done.emit(c.recorder, s.set)
 	blocked := map[string]bool{} // condemned Pods whose claims could not be handed over
 	var errs []error
 	for _, u := range p.claimOwners {
@@ -70,7 +73,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 		}
 	}
 
-	created, err := slowStart(len(p.creates), func(i int) error { return c.createPod(ctx, s, p.creates[i]) })
+	created, err := slowStart(len(p.creates), func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -90,7 +93,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 			deletes = append(deletes, d)
 		}
 	}
-	if _, err := slowStart(len(deletes), func(i int) error { return c.deletePod(ctx, s, deletes[i]) }); err != nil {
+	if _, err := slowStart(len(deletes), func(i int) error { return c.deletePod(ctx, s, deletes[i], done) }); err != nil {
 		errs = append(errs, err)
 	}
 	for _, r := range p.resizes {
@@ -128,13 +131,12 @@ func slowStart(n int, fn func(i int) error) (int, error) {
 }
 
 // createPod creates the Pod's missing claims, then the Pod.
-func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate) error {
+func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate, done *successes) error {
 	for _, claim := range pc.claims {
 		err := c.client.Create(ctx, claim)
 		switch {
 		case err == nil:
-			c.recorder.Eventf(s.set, claim, corev1.EventTypeNormal, eventSuccessfulCreate, "CreateClaim",
-				"create Claim %s Pod %s in WorkerSet %s success", claim.Name, pc.pod.Name, s.set.Name)
+			done.add(successKey{eventSuccessfulCreate, "CreateClaim", "create Claims %s in WorkerSet %s successful"}, claim.Name)
 		case apierrors.IsAlreadyExists(err):
 			// Created earlier and not yet in the cache: nothing to do.
 		default:
@@ -149,8 +151,7 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate) erro
 	switch {
 	case err == nil:
 		ctrl.LoggerFrom(ctx).V(2).Info("Created Pod", "pod", klog.KObj(pc.pod))
-		c.recorder.Eventf(s.set, pc.pod, corev1.EventTypeNormal, eventSuccessfulCreate, "CreatePod",
-			"create Pod %s in WorkerSet %s successful", pc.pod.Name, s.set.Name)
+		done.add(successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}, pc.pod.Name)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// The cache is behind: the Pod exists, and the expectation is met once the cache shows it.
@@ -165,15 +166,14 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate) erro
 
 // deletePod deletes a Pod, preconditioned on its UID so a newer Pod of the same name is never
 // deleted by mistake.
-func (c *podControl) deletePod(ctx context.Context, s *scope, d podDelete) error {
+func (c *podControl) deletePod(ctx context.Context, s *scope, d podDelete, done *successes) error {
 	pod := d.pod
 	c.expectations.ExpectDelete(s.key, pod.UID)
 	err := c.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 	switch {
 	case err == nil:
 		ctrl.LoggerFrom(ctx).V(2).Info("Deleted Pod", "pod", klog.KObj(pod), "reason", d.reason)
-		c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventSuccessfulDelete, "DeletePod",
-			"delete Pod %s in WorkerSet %s successful (%s)", pod.Name, s.set.Name, d.reason)
+		done.add(successKey{eventSuccessfulDelete, "DeletePod", "delete Pods %s in WorkerSet %s successful (" + string(d.reason) + ")"}, pod.Name)
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Already gone, or already replaced by a newer Pod of the same name.
@@ -285,4 +285,43 @@ func (c *podControl) truncateHistory(ctx context.Context, s *scope, current stri
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// successEventNames is the most names one success Event lists (an Event's note is at most 1 kB).
+const successEventNames = 40
+
+// successKey groups successful writes into one Event: its reason, action and note format (with a
+// %s for the names and one for the set).
+type successKey struct{ reason, action, format string }
+
+// successes collects the successful writes of one apply, so that a scale-up of N Pods records a
+// few Events naming every Pod rather than N Events: one Event per Pod costs the API server as much
+// as the Pod itself. Failures keep an Event each.
+type successes struct {
+	mu    sync.Mutex
+	order []successKey
+	names map[successKey][]string
+}
+
+func (s *successes) add(k successKey, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.names == nil {
+		s.names = map[successKey][]string{}
+	}
+	if _, ok := s.names[k]; !ok {
+		s.order = append(s.order, k)
+	}
+	s.names[k] = append(s.names[k], name)
+}
+
+func (s *successes) emit(recorder events.EventRecorder, set client.Object) {
+	for _, k := range s.order {
+		names := s.names[k]
+		for len(names) > 0 {
+			n := min(len(names), successEventNames)
+			recorder.Eventf(set, nil, corev1.EventTypeNormal, k.reason, k.action, k.format, strings.Join(names[:n], ", "), set.GetName())
+			names = names[n:]
+		}
+	}
 }
