@@ -34,11 +34,11 @@ type classChange struct {
 
 // classInformer keeps the capacity of every WorkerClass, read with a dynamic informer (no
 // generated clientset: the Conveyor API types are converted from unstructured objects). The table
-// is an immutable map replaced on every change, so scheduling cycles read it without locks and
-// each cycle sees one consistent version.
+// is immutable and replaced, with a new version number, on every change, so scheduling cycles read
+// it without locks and each cycle sees one consistent version.
 type classInformer struct {
 	informer cache.SharedIndexInformer
-	table    atomic.Pointer[costs]
+	table    atomic.Pointer[classTable]
 	onChange func(classChange)     // set before the informer starts; may be nil
 	lastErr  atomic.Pointer[error] // the last failure to list or watch, for waitForSync's message
 }
@@ -46,8 +46,7 @@ type classInformer struct {
 // newClassInformer returns an informer on every WorkerClass of the cluster. It does not start it.
 func newClassInformer(client dynamic.Interface, onChange func(classChange)) (*classInformer, error) {
 	c := &classInformer{onChange: onChange}
-	empty := costs{}
-	c.table.Store(&empty)
+	c.table.Store(&classTable{costs: costs{}})
 	c.informer = dynamicinformer.NewFilteredDynamicInformer(client, WorkerClassResource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	// Keep only what the plugin reads: a class has a name and a capacity.
 	if err := c.informer.SetTransform(slimWorkerClass); err != nil {
@@ -91,8 +90,11 @@ func (c *classInformer) waitForSync(ctx context.Context, timeout time.Duration) 
 // synced says whether the informer has listed every WorkerClass once.
 func (c *classInformer) synced() bool { return c.informer.HasSynced() }
 
-// costs returns the current table. Callers must not modify it.
-func (c *classInformer) costs() costs { return *c.table.Load() }
+// current returns the current table. Callers must not modify it.
+func (c *classInformer) current() *classTable { return c.table.Load() }
+
+// costs returns the costs of the current table. Callers must not modify them.
+func (c *classInformer) costs() costs { return c.table.Load().costs }
 
 // slimWorkerClass converts an unstructured WorkerClass to the typed object, keeping its name,
 // namespace, resource version and capacity only.
@@ -137,7 +139,8 @@ func (c *classInformer) remove(obj any) {
 }
 
 func (c *classInformer) update(key classKey, cost int64, exists bool) {
-	old := c.costs()
+	table := c.current()
+	old := table.costs
 	oldCost, existed := old[key]
 	if existed == exists && oldCost == cost {
 		return // a resync, or a change of something other than the capacity
@@ -148,7 +151,7 @@ func (c *classInformer) update(key classKey, cost int64, exists bool) {
 	} else {
 		delete(next, key)
 	}
-	c.table.Store(&next)
+	c.table.Store(&classTable{costs: next, version: table.version + 1})
 	if c.onChange != nil {
 		c.onChange(classChange{key: key, oldCost: oldCost, newCost: cost, existed: existed, nowExists: exists})
 	}

@@ -3,6 +3,7 @@ package schedplugin
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -21,7 +22,7 @@ const ErrReasonBudget = "node(s) would exceed their documents-per-second budget"
 // preFilterState is the Pod's cost and the class table of the cycle. Never modified; shared by Clone.
 type preFilterState struct {
 	cost  int64
-	costs costs
+	table *classTable
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -33,6 +34,7 @@ func (s *preFilterState) Clone() fwk.StateData { return s }
 // Filter; without it, or for a Pod without the class label, the Filter is skipped.
 func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pl.filtering.Store(true)
+	pl.views.expire(time.Now())
 	s, status := pl.newPreFilterState(pod)
 	if !status.IsSuccess() {
 		return nil, status
@@ -52,13 +54,13 @@ func (pl *WorkerClassCapacity) newPreFilterState(pod *v1.Pod) (*preFilterState, 
 	if !pl.classes.synced() {
 		return nil, fwk.AsStatus(errNotSynced)
 	}
-	table := pl.classes.costs()
-	cost, ok := table[key]
+	table := pl.classes.current()
+	cost, ok := table.costs[key]
 	if !ok {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("WorkerClass %s/%s, named by the Pod's label %s, does not exist", key.namespace, key.name, schedulingv1alpha1.WorkerClassLabel))
 	}
-	return &preFilterState{cost: cost, costs: table}, nil
+	return &preFilterState{cost: cost, table: table}, nil
 }
 
 // PreFilterExtensions returns nil: Filter reads the Pods on the node from the NodeInfo it is
@@ -75,11 +77,11 @@ func (pl *WorkerClassCapacity) Filter(_ context.Context, cycleState fwk.CycleSta
 		}
 		return status
 	}
-	budget, known := nodeBudget(nodeInfo.Node(), pl.args.DefaultNodeCapacity)
-	if !known {
+	v := pl.views.view(nodeInfo, s.table, pl.args.DefaultNodeCapacity)
+	if !v.known {
 		return nil
 	}
-	if s.costs.hosted(nodeInfo)+s.cost > budget {
+	if v.hosted+s.cost > v.budget {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonBudget)
 	}
 	return nil

@@ -26,6 +26,7 @@ type WorkerClassCapacity struct {
 	args    config.WorkerClassCapacityArgs
 	handle  fwk.Handle
 	classes *classInformer
+	views   nodeViews
 	// stopClasses stops the class informer, which otherwise runs as long as the scheduler.
 	stopClasses context.CancelFunc
 	// filtering is set by the first PreFilter: from then on Pods may have been rejected, and the
@@ -74,6 +75,7 @@ func NewWithClient(ctx context.Context, args *config.WorkerClassCapacityArgs, h 
 		return nil, fmt.Errorf("%s: invalid arguments: %w", Name, errs.ToAggregate())
 	}
 	pl := &WorkerClassCapacity{args: *args, handle: h}
+	pl.views.expire(time.Now())
 	classes, err := newClassInformer(client, pl.classChanged(klog.FromContext(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: WorkerClass informer: %w", Name, err)

@@ -1,12 +1,12 @@
 package schedplugin
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -104,8 +104,8 @@ func labelled(n *v1.Node, budget string) *v1.Node {
 func checkScoresInRange(t *testing.T, scores map[string]int64) {
 	t.Helper()
 	for n, s := range scores {
-		if s < fwk.MinNodeScore || s > fwk.MaxNodeScore {
-			t.Errorf("node %s scored %d, outside [%d, %d]", n, s, fwk.MinNodeScore, fwk.MaxNodeScore)
+		if s < fwk.MinScore || s > fwk.MaxScore {
+			t.Errorf("node %s scored %d, outside [%d, %d]", n, s, fwk.MinScore, fwk.MaxScore)
 		}
 	}
 }
@@ -203,25 +203,25 @@ func TestScoreWithBudget(t *testing.T) {
 }
 
 func TestNormalizeUnbudgeted(t *testing.T) {
+	// a and b have no budget (loads 40 and 80, encoded −41 and −81); c and z have one.
 	scores := func() fwk.NodeScoreList {
-		return fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 80}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}
+		return fwk.NodeScoreList{{Name: "a", Score: -41}, {Name: "b", Score: -81}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}
 	}
 	for _, tt := range []struct {
-		name       string
-		strategy   config.ScoringStrategy
-		unbudgeted sets.Set[string]
-		want       fwk.NodeScoreList
+		name     string
+		strategy config.ScoringStrategy
+		in, want fwk.NodeScoreList
 	}{
-		{"none", config.Spread, nil, scores()},
-		{"spread", config.Spread, sets.New("a", "b"), fwk.NodeScoreList{{Name: "a", Score: 100}, {Name: "b", Score: 50}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}},
-		{"pack", config.Pack, sets.New("a", "b"), fwk.NodeScoreList{{Name: "a", Score: 50}, {Name: "b", Score: 100}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}},
+		{"every node has a budget", config.Spread, fwk.NodeScoreList{{Name: "c", Score: 55}, {Name: "z", Score: 0}}, fwk.NodeScoreList{{Name: "c", Score: 55}, {Name: "z", Score: 0}}},
+		{"spread", config.Spread, scores(), fwk.NodeScoreList{{Name: "a", Score: 100}, {Name: "b", Score: 50}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}},
+		{"pack", config.Pack, scores(), fwk.NodeScoreList{{Name: "a", Score: 50}, {Name: "b", Score: 100}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}},
 		// Loads of 0 (only possible with a class of capacity 0) do not divide by zero.
-		{"spread, empty", config.Spread, sets.New("z"), fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 80}, {Name: "c", Score: 55}, {Name: "z", Score: 100}}},
-		{"pack, empty", config.Pack, sets.New("z"), fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 80}, {Name: "c", Score: 55}, {Name: "z", Score: 0}}},
+		{"spread, empty", config.Spread, fwk.NodeScoreList{{Name: "e", Score: -1}, {Name: "a", Score: -41}}, fwk.NodeScoreList{{Name: "e", Score: 100}, {Name: "a", Score: 0}}},
+		{"pack, empty", config.Pack, fwk.NodeScoreList{{Name: "e", Score: -1}}, fwk.NodeScoreList{{Name: "e", Score: 0}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := scores()
-			normalizeUnbudgeted(tt.strategy, got, tt.unbudgeted)
+			got := slices.Clone(tt.in)
+			normalizeUnbudgeted(tt.strategy, got)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("scores (-want +got):\n%s", diff)
 			}

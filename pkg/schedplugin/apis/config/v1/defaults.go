@@ -4,7 +4,7 @@ import "k8s.io/utils/ptr"
 
 // SetDefaults_WorkerClassCapacityArgs fills every unset field: Spread, no default node budget,
 // no enforcement.
-func SetDefaults_WorkerClassCapacityArgs(args *WorkerClassCapacityArgs) { //nolint:revive,staticcheck // the scheme's naming convention
+func SetDefaults_WorkerClassCapacityArgs(args *WorkerClassCapacityArgs) { //nolint:revive // the scheme's naming convention
 	if args.ScoringStrategy == nil {
 		args.ScoringStrategy = ptr.To(Spread)
 	}

@@ -1,0 +1,598 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/cluster"
+)
+
+const (
+	namespace = "bench"
+	// serviceRange replaces kube-apiserver's default 10.0.0.0/24, which has room for about 250
+	// ClusterIPs: every stage of every Pipeline gets a Service.
+	serviceRange    = "10.96.0.0/16"
+	operatorTimeout = 2 * time.Minute
+	workersTimeout  = 5 * time.Minute
+)
+
+var classes = []string{"blue", "green", "yellow"}
+
+// result is the measurement of one size.
+type result struct {
+	n       int
+	workers int // per class
+	load1   float64
+
+	created, plotted, ready time.Duration // from the first create call until the last Pipeline was created / Plotted / Ready
+	latencyP50, latencyP99  time.Duration // per Pipeline, from its create call returning to Ready
+	leftReady               int           // times a Pipeline left Ready before all were Ready
+
+	peakRSS     int64
+	operatorCPU time.Duration // over the measured window
+	planeCPU    map[string]time.Duration
+
+	op            operatorCounters   // the operator's counters over the window
+	opTrailing    operatorCounters   // and during -settle after all were Ready
+	apiWrites     map[apiKey]float64 // every client's writes by verb and resource, over the window
+	bindings      int
+	services      int
+	overCommitted []string
+}
+
+func (r *result) operatorWrites() float64 {
+	m := r.op.requests
+	return m["POST"] + m["PUT"] + m["PATCH"] + m["DELETE"]
+}
+
+// runSize measures n Pipelines on a fresh cluster.
+func runSize(ctx context.Context, cfg *config, root string, n int) (*result, error) {
+	res := &result{n: n, workers: cfg.workers(n)}
+	logf("%d pipelines: starting a cluster with %d nodes of %d Pods", n, cfg.nodes, cfg.podsPerNode)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Name:             fmt.Sprintf("pipebench-%d", n),
+		Nodes:            cfg.nodes,
+		NodeCapacity:     corev1.ResourceList{corev1.ResourcePods: resource.MustParse(strconv.Itoa(cfg.podsPerNode))},
+		DisableQPSLimits: true,
+		ExtraArgs:        []string{"--extra-args=kube-apiserver=service-cluster-ip-range=" + serviceRange},
+		Logf:             logf,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			logf("%d pipelines: stopping the cluster: %v", n, err)
+		}
+	}()
+	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
+		return nil, err
+	}
+	if err := measure(ctx, cfg, c, res); err != nil {
+		c.DumpLogTails(os.Stderr, 30)
+		return nil, err
+	}
+	return res, nil
+}
+
+func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) error {
+	n := res.n
+	rc := c.RESTConfig()
+	rc.QPS, rc.Burst = -1, 0
+	admin, err := client.New(rc, client.Options{Scheme: cluster.Scheme()})
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+
+	// 1. The operator.
+	op, metricsAddr, err := launchOperator(ctx, cfg, c, n)
+	if err != nil {
+		return err
+	}
+	defer op.stop()
+
+	// 2. Classes and workers, Ready before the clock starts.
+	if err := setUpWorkers(ctx, admin, cfg, res.workers); err != nil {
+		return err
+	}
+
+	// 3. The watch, the counters before, the clock, the creates.
+	tr := newTracker(n)
+	stopWatch, err := watchPipelines(ctx, rc, tr)
+	if err != nil {
+		return err
+	}
+	defer stopWatch()
+	opBefore, err := scrapeOperator(ctx, metricsAddr)
+	if err != nil {
+		return err
+	}
+	apiBefore, err := apiserverWrites(ctx, cs)
+	if err != nil {
+		return err
+	}
+	_, cpuBefore := op.usage()
+	planeBefore := controlPlaneCPU(c.Workdir())
+	res.load1 = loadAverage()
+	logf("%d pipelines: creating them from %d goroutines (load average %.2f)", n, cfg.creators, res.load1)
+
+	runCtx, cancel := context.WithTimeout(ctx, cfg.runTimeout)
+	defer cancel()
+	tr.start()
+	createErr := make(chan error, 1)
+	go func() { createErr <- createPipelines(runCtx, admin, cfg, n, tr) }()
+
+	if err := waitAllReady(runCtx, tr, createErr, n, cfg.runTimeout); err != nil {
+		return err
+	}
+
+	// 4. The counters after.
+	opAfter, err := scrapeOperator(ctx, metricsAddr)
+	if err != nil {
+		return err
+	}
+	apiAfter, err := apiserverWrites(ctx, cs)
+	if err != nil {
+		return err
+	}
+	var cpuAfter time.Duration
+	res.peakRSS, cpuAfter = op.usage()
+	if res.peakRSS == 0 {
+		return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.tail())
+	}
+	res.operatorCPU = cpuAfter - cpuBefore
+	res.planeCPU = controlPlaneCPU(c.Workdir())
+	for k, d := range planeBefore {
+		res.planeCPU[k] -= d
+	}
+	res.created, res.plotted, res.ready, res.latencyP50, res.latencyP99, res.leftReady = tr.summary()
+	res.op = opAfter.minus(opBefore)
+	res.apiWrites = diff(apiBefore, apiAfter)
+	logf("%d pipelines: all Ready after %.2fs (created %.2fs, Plotted %.2fs); operator peak RSS %.1f MiB, CPU %.1fs, %.1f writes per pipeline",
+		n, res.ready.Seconds(), res.created.Seconds(), res.plotted.Seconds(), float64(res.peakRSS)/(1<<20), res.operatorCPU.Seconds(), res.operatorWrites()/float64(n))
+
+	if err := countObjects(ctx, admin, cfg, res); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(cfg.settle):
+	}
+	opSettled, err := scrapeOperator(ctx, metricsAddr)
+	if err != nil {
+		return err
+	}
+	res.opTrailing = opSettled.minus(opAfter)
+	return nil
+}
+
+// launchOperator starts the operator against the cluster with the benchmark's flags and returns it
+// with the address of its metrics endpoint.
+func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int) (*operator, string, error) {
+	metricsAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	qps, burst := "0", "0"
+	if cfg.qps > 0 {
+		qps, burst = strconv.FormatFloat(cfg.qps, 'g', -1, 64), strconv.Itoa(cfg.burst)
+	}
+	args := append([]string{
+		"--kubeconfig=" + c.Kubeconfig(),
+		"--kube-api-qps=" + qps,
+		"--kube-api-burst=" + burst,
+		"--metrics-bind-address=" + metricsAddr,
+		"--metrics-secure=false",
+		"--health-probe-bind-address=0",
+		"--custom-metrics-port=0",
+		"--namespaces=" + namespace,
+	}, cfg.operatorArgs...)
+	logPath := ""
+	if cfg.logs != "" {
+		logPath = filepath.Join(cfg.logs, fmt.Sprintf("operator-%d.log", n))
+	}
+	op, err := startOperator(ctx, cfg.operatorBin, args, logPath, operatorTimeout)
+	return op, metricsAddr, err
+}
+
+// setUpWorkers creates the classes and their WorkerSets and waits until every worker Pod is Ready
+// and every class counts its workers.
+func setUpWorkers(ctx context.Context, admin client.Client, cfg *config, workers int) error {
+	for _, class := range classes {
+		for _, o := range []client.Object{
+			&schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: namespace},
+				Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: int32(cfg.capacity), Placement: schedulingv1alpha1.PlacementPack}},
+			workerSet(class, workers),
+		} {
+			if err := admin.Create(ctx, o); err != nil {
+				return fmt.Errorf("create %s: %w", o.GetName(), err)
+			}
+		}
+	}
+	logf("waiting for %d Ready workers per class", workers)
+	err := cluster.Poll(ctx, workersTimeout, time.Second, func(ctx context.Context) (bool, error) {
+		for _, class := range classes {
+			ws := &appsv1alpha1.WorkerSet{}
+			if err := admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: class}, ws); err != nil {
+				return false, err
+			}
+			if ws.Status.ReadyReplicas != int32(workers) {
+				return false, fmt.Errorf("WorkerSet %s: %d of %d Ready", class, ws.Status.ReadyReplicas, workers)
+			}
+			wc := &schedulingv1alpha1.WorkerClass{}
+			if err := admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: class}, wc); err != nil {
+				return false, err
+			}
+			if wc.Status.Workers != int32(workers) {
+				return false, fmt.Errorf("WorkerClass %s: status.workers %d of %d", class, wc.Status.Workers, workers)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("workers: %w", err)
+	}
+	return nil
+}
+
+// waitAllReady waits until the tracker has seen all n Pipelines Ready, logging progress every ten
+// seconds.
+func waitAllReady(ctx context.Context, tr *tracker, createErr <-chan error, n int, timeout time.Duration) error {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tr.done:
+			return nil
+		case err := <-createErr:
+			if err != nil {
+				return err
+			}
+			logf("%d pipelines: all created after %s", n, tr.createdAt().Round(time.Millisecond))
+		case <-tick.C:
+			logf("%d pipelines: %s", n, tr.progress())
+		case <-ctx.Done():
+			return fmt.Errorf("not all Ready after %s: %s", timeout, tr.progress())
+		}
+	}
+}
+
+func diff[K comparable](before, after map[K]float64) map[K]float64 {
+	out := map[K]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// countObjects counts the bindings and the Services of the Pipelines and checks that no worker
+// holds more load than its class's capacity.
+func countObjects(ctx context.Context, admin client.Client, cfg *config, res *result) error {
+	bindings := &schedulingv1alpha1.PipelineBindingList{}
+	if err := admin.List(ctx, bindings, client.InNamespace(namespace)); err != nil {
+		return err
+	}
+	res.bindings = len(bindings.Items)
+	load := map[string]int{}
+	for _, b := range bindings.Items {
+		if b.Spec.Pod != "" {
+			load[b.Spec.Pod] += int(b.Spec.DocumentsPerSecond)
+		}
+	}
+	for _, pod := range slices.Sorted(maps.Keys(load)) {
+		if load[pod] > cfg.capacity {
+			res.overCommitted = append(res.overCommitted, fmt.Sprintf("%s holds %d", pod, load[pod]))
+		}
+	}
+	services := &corev1.ServiceList{}
+	if err := admin.List(ctx, services, client.InNamespace(namespace), client.HasLabels{schedulingv1alpha1.PipelineLabel}); err != nil {
+		return err
+	}
+	res.services = len(services.Items)
+	return nil
+}
+
+// workerSet is a class's WorkerSet: Pods labelled with the class, one container with the http
+// port the default Service port targets. The default scheduler places them (the benchmark does not
+// run conveyor-scheduler).
+func workerSet(class string, replicas int) *appsv1alpha1.WorkerSet {
+	return &appsv1alpha1.WorkerSet{
+		ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: namespace},
+		Spec: appsv1alpha1.WorkerSetSpec{
+			Replicas:            ptr.To(int32(replicas)),
+			PodManagementPolicy: appsv1alpha1.ParallelPodManagement,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: class}},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "worker", Image: "registry.invalid/worker:1",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					}},
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
+				},
+			},
+		},
+	}
+}
+
+func pipelineName(i int) string { return fmt.Sprintf("p-%05d", i) }
+
+func newPipeline(i, load int) *schedulingv1alpha1.Pipeline {
+	return &schedulingv1alpha1.Pipeline{
+		ObjectMeta: metav1.ObjectMeta{Name: pipelineName(i), Namespace: namespace},
+		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: int32(load), Workers: map[string]schedulingv1alpha1.PipelineWorker{
+			"first":  {Class: "blue", Next: []string{"second"}},
+			"second": {Class: "green", Next: []string{"third"}},
+			"third":  {Class: "yellow"},
+		}},
+	}
+}
+
+// createPipelines creates the n Pipelines from cfg.creators goroutines, retrying transient errors.
+func createPipelines(ctx context.Context, c client.Client, cfg *config, n int, tr *tracker) error {
+	next := make(chan int)
+	errs := make(chan error, cfg.creators)
+	var wg sync.WaitGroup
+	for range cfg.creators {
+		wg.Go(func() {
+			for i := range next {
+				if err := createPipeline(ctx, c, newPipeline(i, cfg.load)); err != nil {
+					errs <- err
+					return
+				}
+				tr.created(pipelineName(i))
+			}
+		})
+	}
+	var sendErr error
+send:
+	for i := range n {
+		select {
+		case next <- i:
+		case sendErr = <-errs:
+			break send
+		case <-ctx.Done():
+			sendErr = ctx.Err()
+			break send
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		sendErr = errors.Join(sendErr, err)
+	}
+	return sendErr
+}
+
+func createPipeline(ctx context.Context, c client.Client, p *schedulingv1alpha1.Pipeline) error {
+	for attempt := 1; ; attempt++ {
+		err := c.Create(ctx, p.DeepCopy())
+		switch {
+		case err == nil || apierrors.IsAlreadyExists(err):
+			return nil
+		case attempt < 5 && (apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsInternalError(err)):
+			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		default:
+			return fmt.Errorf("create pipeline %s: %w", p.Name, err)
+		}
+	}
+}
+
+// watchPipelines runs an informer on the Pipelines of the namespace that feeds tr, and returns
+// once it has synced.
+func watchPipelines(ctx context.Context, rc *rest.Config, tr *tracker) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ca, err := cache.New(rc, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	inf, err := ca.GetInformer(ctx, &schedulingv1alpha1.Pipeline{})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { tr.observe(obj) },
+		UpdateFunc: func(_, obj any) { tr.observe(obj) },
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, errors.New("the Pipeline watch did not sync")
+	}
+	return cancel, nil
+}
+
+// tracker records, from the Pipeline watch, when each Pipeline was created (its create call
+// returned), first Plotted or Ready, and first Ready, relative to the start of the run.
+type tracker struct {
+	n    int
+	done chan struct{}
+
+	mu          sync.Mutex
+	started     time.Time
+	createTimes map[string]time.Duration
+	plotted     map[string]time.Duration
+	ready       map[string]time.Duration
+	phases      map[string]schedulingv1alpha1.PipelinePhase
+	leftReady   int
+	closed      bool
+}
+
+func newTracker(n int) *tracker {
+	return &tracker{
+		n: n, done: make(chan struct{}),
+		createTimes: map[string]time.Duration{}, plotted: map[string]time.Duration{}, ready: map[string]time.Duration{},
+		phases: map[string]schedulingv1alpha1.PipelinePhase{},
+	}
+}
+
+func (t *tracker) start() {
+	t.mu.Lock()
+	t.started = time.Now()
+	t.mu.Unlock()
+}
+
+func (t *tracker) created(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.createTimes[name] = time.Since(t.started)
+}
+
+func (t *tracker) createdAt() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return latest(t.createTimes)
+}
+
+func (t *tracker) observe(obj any) {
+	p, ok := obj.(*schedulingv1alpha1.Pipeline)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.started.IsZero() {
+		return
+	}
+	at := time.Since(t.started)
+	phase := p.Status.Phase
+	if t.phases[p.Name] == schedulingv1alpha1.PipelineReady && phase != schedulingv1alpha1.PipelineReady {
+		t.leftReady++
+	}
+	t.phases[p.Name] = phase
+	if _, ok := t.plotted[p.Name]; !ok && (phase == schedulingv1alpha1.PipelinePlotted || phase == schedulingv1alpha1.PipelineReady) {
+		t.plotted[p.Name] = at
+	}
+	if _, ok := t.ready[p.Name]; !ok && phase == schedulingv1alpha1.PipelineReady {
+		t.ready[p.Name] = at
+	}
+	if !t.closed && t.readyNow() == t.n {
+		t.closed = true
+		close(t.done)
+	}
+}
+
+// readyNow counts the Pipelines that are Ready now.
+func (t *tracker) readyNow() int {
+	ready := 0
+	for _, ph := range t.phases {
+		if ph == schedulingv1alpha1.PipelineReady {
+			ready++
+		}
+	}
+	return ready
+}
+
+func (t *tracker) progress() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	count := map[string]int{}
+	for _, ph := range t.phases {
+		count[string(phaseOr(ph))]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
+	}
+	return fmt.Sprintf("%d created, phases now: %s; left Ready %d times", len(t.createTimes), strings.Join(parts, ", "), t.leftReady)
+}
+
+func phaseOr(ph schedulingv1alpha1.PipelinePhase) schedulingv1alpha1.PipelinePhase {
+	if ph == "" {
+		return "(none)"
+	}
+	return ph
+}
+
+func (t *tracker) summary() (created, plotted, ready, p50, p99 time.Duration, leftReady int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lat []time.Duration
+	for name, r := range t.ready {
+		if c, ok := t.createTimes[name]; ok {
+			lat = append(lat, r-c)
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	return latest(t.createTimes), latest(t.plotted), latest(t.ready), pct(0.50), pct(0.99), t.leftReady
+}
+
+func latest(m map[string]time.Duration) time.Duration {
+	var out time.Duration
+	for _, d := range m {
+		out = max(out, d)
+	}
+	return out
+}
+
+// loadAverage is the 1-minute load average, or -1 when /proc/loadavg cannot be read.
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// writeReport writes the results as Markdown tables.
+func writeReport(w io.Writer, cfg *config, results []*result) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
+	extra := "none"
+	if len(cfg.operatorArgs) > 0 {
+		extra = "`" + strings.Join(cfg.operatorArgs, " ") + "`"
+	}
+	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.load, cfg.capacity, cfg.spare)
+	if len(results) == 0 {
+		p("No size completed.\n")
+		return
+	}
+
+	p("| pipelines | workers per class | all created (s) | all Plotted (s) | all Ready (s) | pipelines/s | Ready latency p50 / p99 (s) | operator peak RSS (MiB) | operator CPU (s) | operator writes per pipeline | POST | PATCH | PUT | DELETE | bindings | Services |\n")
+	p("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		n := float64(r.n)
+		p("| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
+			r.n, r.workers, r.created.Seconds(), r.plotted.Seconds(), r.ready.Seconds(), n/r.ready.Seconds(),
+			r.latencyP50.Seconds(), r.latencyP99.Seconds(), float64(r.peakRSS)/(1<<20), r.operatorCPU.Seconds(),
+			r.operatorWrites()/n, r.op.requests["POST"]/n, r.op.requests["PATCH"]/n, r.op.requests["PUT"]/n, r.op.requests["DELETE"]/n,
+			r.bindings, r.services)
+	}
+
+	p("\nThe operator's requests over the window (from the first create call to all Ready) by method, and during the %s after:\n\n", cfg.settle)
+	p("| pipelines | requests by method (window) | after all Ready |\n|--:|---|---|\n")
+	for _, r := range results {
+		p("| %d | %s | %s |\n", r.n, byMethod(r.op.requests), byMethod(r.opTrailing.requests))
+	}
+
+	p("\nThe operator's reconciles over the window by controller: count, per pipeline, and the summed reconcile time (s; workers run concurrently, so it can exceed the wall time):\n\n")
+	p("| pipelines | controller | reconciles | per pipeline | reconcile time (s) | ms per reconcile |\n|--:|---|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		for _, c := range slices.Sorted(maps.Keys(r.op.reconciles)) {
+			count, secs := r.op.reconciles[c], r.op.reconcileSeconds[c]
+			p("| %d | %s | %.0f | %.2f | %.1f | %.1f |\n", r.n, c, count, count/float64(r.n), secs, 1000*secs/max(count, 1))
+		}
+	}
+
+	p("\nWrites the apiserver served over the window, per pipeline, from every client (this program's creates, the operator, kube-controller-manager, the scheduler, kwok), by verb and resource:\n\n")
+	keys := map[apiKey]bool{}
+	for _, r := range results {
+		for k, v := range r.apiWrites {
+			if v/float64(r.n) >= 0.005 {
+				keys[k] = true
+			}
+		}
+	}
+	sorted := slices.SortedFunc(maps.Keys(keys), func(a, b apiKey) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.verb, b.verb)
+	})
+	p("| resource | verb |")
+	for _, r := range results {
+		p(" %d pipelines |", r.n)
+	}
+	p("\n|---|---|%s\n", strings.Repeat("--:|", len(results)))
+	for _, k := range sorted {
+		p("| %s | %s |", k.resource, k.verb)
+		for _, r := range results {
+			p(" %.2f |", r.apiWrites[k]/float64(r.n))
+		}
+		p("\n")
+	}
+	p("| **total** | |")
+	for _, r := range results {
+		var t float64
+		for _, v := range r.apiWrites {
+			t += v
+		}
+		p(" **%.2f** |", t/float64(r.n))
+	}
+	p("\n")
+
+	p("\nCPU seconds used over the window (2 CPUs shared by all):\n\n")
+	p("| pipelines | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		p("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.load1,
+			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.planeCPU["kube-controller-manager"].Seconds(),
+			r.planeCPU["kube-scheduler"].Seconds(), r.planeCPU["kwok-controller"].Seconds(), r.operatorCPU.Seconds())
+	}
+
+	p("\nChecks: ")
+	for i, r := range results {
+		if i > 0 {
+			p("; ")
+		}
+		over := "no worker over capacity"
+		if len(r.overCommitted) > 0 {
+			over = "OVER CAPACITY: " + strings.Join(r.overCommitted, ", ")
+		}
+		p("%d pipelines: %d bindings (want %d), %d Services (want %d), a Pipeline left Ready %d times before all were Ready, %s",
+			r.n, r.bindings, 3*r.n, r.services, 3*r.n, r.leftReady, over)
+	}
+	p(".\n")
+}
+
+func byMethod(m map[string]float64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,143 @@
+package schedplugin
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config"
+)
+
+// Run: go test ./pkg/schedplugin -run '^$' -bench . -benchmem
+
+// benchPlugin is the plugin with the test classes known and the given arguments.
+func benchPlugin(b *testing.B, args config.WorkerClassCapacityArgs) *WorkerClassCapacity {
+	b.Helper()
+	pl := &WorkerClassCapacity{args: args}
+	pl.views.expire(time.Now())
+	var err error
+	if pl.classes, err = newClassInformer(fakeClient(testClasses()...), nil); err != nil {
+		b.Fatal(err)
+	}
+	go pl.classes.run(b.Context())
+	if err := pl.classes.waitForSync(b.Context(), ClassSyncTimeout); err != nil {
+		b.Fatal(err)
+	}
+	return pl
+}
+
+// benchNode is a node with a budget hosting n worker Pods of the three classes in turn and as
+// many Pods without a class.
+func benchNode(name string, n int) fwk.NodeInfo {
+	var pods []*v1.Pod
+	for i := range n {
+		class := []string{"blue", "green", "red"}[i%3]
+		pods = append(pods,
+			worker(fmt.Sprintf("%s-w%d", name, i), class).Node(name).Obj(),
+			plainPod(fmt.Sprintf("%s-p%d", name, i)).Node(name).Obj())
+	}
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(node(name, 1_000_000))
+	return ni
+}
+
+// BenchmarkScore is the cost of scoring one node that has not changed since the last Pod (the
+// plugin's node view is cached), whatever it hosts.
+func BenchmarkScore(b *testing.B) {
+	for _, strategy := range []config.ScoringStrategy{config.Spread, config.Pack} {
+		for _, hosted := range []int{0, 5, 100} {
+			b.Run(fmt.Sprintf("%s/workers=%d", strategy, hosted), func(b *testing.B) {
+				pl := benchPlugin(b, config.WorkerClassCapacityArgs{ScoringStrategy: strategy})
+				ni := benchNode("n", hosted)
+				pod := worker("new", "red").Obj()
+				state := framework.NewCycleState()
+				if status := pl.PreScore(b.Context(), state, pod, []fwk.NodeInfo{ni}); !status.IsSuccess() {
+					b.Fatal(status)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, status := pl.Score(b.Context(), state, pod, ni); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkScoreChangedNode is the cost of scoring a node whose view must be computed again (the
+// node or its Pods changed since the last Pod, e.g. the node that got it): it grows with the
+// worker Pods on the node (each hosting as many Pods without a class).
+func BenchmarkScoreChangedNode(b *testing.B) {
+	for _, hosted := range []int{0, 5, 20, 100} {
+		b.Run(fmt.Sprintf("workers=%d", hosted), func(b *testing.B) {
+			pl := benchPlugin(b, config.WorkerClassCapacityArgs{ScoringStrategy: config.Spread})
+			ni := benchNode("n", hosted)
+			pod := worker("new", "red").Obj()
+			state := framework.NewCycleState()
+			if status := pl.PreScore(b.Context(), state, pod, nil); !status.IsSuccess() {
+				b.Fatal(status)
+			}
+			s, _ := pl.preScoreState(state, pod)
+			// Two versions of the same table, in turn: every Score misses the cache.
+			tables := []*classTable{{costs: s.table.costs, version: 1}, {costs: s.table.costs, version: 2}}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				s.table = tables[i%2]
+				i++
+				if _, status := pl.Score(b.Context(), state, pod, ni); !status.IsSuccess() {
+					b.Fatal(status)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFilter is the cost of filtering one node with enforceNodeCapacity (cached view).
+func BenchmarkFilter(b *testing.B) {
+	for _, hosted := range []int{0, 100} {
+		b.Run(fmt.Sprintf("workers=%d", hosted), func(b *testing.B) {
+			pl := benchPlugin(b, config.WorkerClassCapacityArgs{ScoringStrategy: config.Spread, EnforceNodeCapacity: true})
+			ni := benchNode("n", hosted)
+			pod := worker("new", "red").Obj()
+			state := framework.NewCycleState()
+			if _, status := pl.PreFilter(b.Context(), state, pod, nil); !status.IsSuccess() {
+				b.Fatal(status)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if status := pl.Filter(b.Context(), state, pod, ni); !status.IsSuccess() {
+					b.Fatal(status)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPreScore is the once-per-Pod cost, whatever the number of nodes.
+func BenchmarkPreScore(b *testing.B) {
+	pl := benchPlugin(b, config.WorkerClassCapacityArgs{ScoringStrategy: config.Spread})
+	pod := worker("new", "red").Obj()
+	b.ReportAllocs()
+	for b.Loop() {
+		if status := pl.PreScore(b.Context(), framework.NewCycleState(), pod, nil); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+	}
+}
+
+func BenchmarkSignPod(b *testing.B) {
+	pl := benchPlugin(b, config.WorkerClassCapacityArgs{ScoringStrategy: config.Spread})
+	pod := worker("new", "red").Obj()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, status := pl.SignPod(b.Context(), pod); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package schedplugin
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+func TestNodeBudget(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		node          *v1.Node
+		defaultBudget int64
+		want          int64
+		wantKnown     bool
+	}{
+		{"label", node("n", 120), 0, 120, true},
+		{"label wins over the default", node("n", 120), 50, 120, true},
+		{"zero label", node("n", 0), 50, 0, true},
+		{"no label, default", node("n", -1), 50, 50, true},
+		{"no label, no default", node("n", -1), 0, 0, false},
+		{"unreadable label", labelled(node("n", -1), "1.5k"), 0, 0, false},
+		{"negative label", labelled(node("n", -1), "-3"), 70, 70, true},
+		{"huge label is clamped", labelled(node("n", -1), "9223372036854775807"), 0, 1 << 40, true},
+		{"no node", nil, 0, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, known := nodeBudget(tt.node, tt.defaultBudget)
+			if got != tt.want || known != tt.wantKnown {
+				t.Errorf("nodeBudget = %d, %v; want %d, %v", got, known, tt.want, tt.wantKnown)
+			}
+		})
+	}
+}
+
+// TestNodeViews: a node's view is computed once per NodeInfo generation and class table version.
+func TestNodeViews(t *testing.T) {
+	table := &classTable{costs: costs{{testNamespace, "blue"}: 10, {testNamespace, "red"}: 30}, version: 1}
+	ni := framework.NewNodeInfo(worker("b1", "blue").Node("n1").Obj())
+	ni.SetNode(node("n1", 100))
+	var views nodeViews
+	views.expire(time.Now())
+
+	want := nodeView{generation: ni.GetGeneration(), version: 1, hosted: 10, budget: 100, known: true}
+	if got := views.view(ni, table, 0); got != want {
+		t.Fatalf("view = %+v, want %+v", got, want)
+	}
+	// A cached view is returned as it is, even though the costs it was computed from changed
+	// under it (they never do: tables are immutable; this shows the cache is used).
+	table.costs[classKey{testNamespace, "blue"}] = 99
+	if got := views.view(ni, table, 0); got.hosted != 10 {
+		t.Errorf("hosted = %d from the cache, want 10", got.hosted)
+	}
+	// A new table version is recomputed…
+	table = &classTable{costs: costs{{testNamespace, "blue"}: 10, {testNamespace, "red"}: 30}, version: 2}
+	if got := views.view(ni, table, 0); got.hosted != 10 || got.version != 2 {
+		t.Errorf("after a new table: %+v", got)
+	}
+	// …and so is a node whose Pods changed: the scheduler bumps the generation.
+	ni.AddPod(worker("r1", "red").Node("n1").Obj())
+	if got := views.view(ni, table, 0); got.hosted != 40 || got.generation != ni.GetGeneration() {
+		t.Errorf("after a Pod was added: %+v", got)
+	}
+	if err := ni.RemovePod(klog.Background(), worker("b1", "blue").Node("n1").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	if got := views.view(ni, table, 0); got.hosted != 30 {
+		t.Errorf("after a Pod was removed: %+v", got)
+	}
+	// …and a node whose labels changed.
+	ni.SetNode(node("n1", 60))
+	if got := views.view(ni, table, 0); got.budget != 60 {
+		t.Errorf("after the budget changed: %+v", got)
+	}
+
+	// Views expire after nodeViewTTL.
+	if _, ok := views.cached("n1"); !ok {
+		t.Fatal("n1 not cached")
+	}
+	views.expire(time.Now())
+	if _, ok := views.cached("n1"); !ok {
+		t.Error("a fresh view expired")
+	}
+	views.expire(time.Now().Add(nodeViewTTL + time.Second))
+	if _, ok := views.cached("n1"); ok {
+		t.Error("n1 still cached after the TTL")
+	}
+}
