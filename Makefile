@@ -46,10 +46,11 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds and 
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./apis/... output:crd:artifacts:config=charts/conveyor/crds
 	go run ./hack/crdpatch charts/conveyor/crds/apps.conveyor.dev_workersets.yaml
 	@# The operator's ClusterRole holds exactly the +kubebuilder:rbac markers of the packages the operator
-	@# binary links (this module's dependencies of ./cmd/operator), so the scheduler plugin's packages
-	@# never widen it. The chart renders the rules of role.yaml into its own ClusterRole.
+	@# binary links (this module's dependencies of ./cmd/operator that carry such markers), so the
+	@# scheduler plugin's packages never widen it; loading only the marked packages keeps controller-gen
+	@# away from dependencies it cannot type-check. The chart renders the rules of role.yaml.
 	$(CONTROLLER_GEN) rbac:roleName=conveyor-operator \
-		paths="$$(go list -e -deps -f '{{if and .Module (eq .Module.Path "github.com/conveyor-dev/conveyor")}}{{.Dir}}{{end}}' ./cmd/operator | sed 's|^$(ROOT)|.|' | paste -sd ';' -)" \
+		paths="$$(for d in $$(go list -e -deps -f '{{if and .Module (eq .Module.Path "github.com/conveyor-dev/conveyor")}}{{.Dir}}{{end}}' ./cmd/operator); do grep -lqs '+kubebuilder:rbac' $$d/*.go && echo $$d; done | sed 's|^$(ROOT)|.|' | paste -sd ';' -)" \
 		output:rbac:artifacts:config=charts/conveyor/files/rbac
 
 .PHONY: build
