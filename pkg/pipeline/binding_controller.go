@@ -268,7 +268,8 @@ func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alph
 		return nil
 	}
 	old := b.Status.Phase
-	patch := client.MergeFrom(b.DeepCopy())
+	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
+	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	b.Status = st
 	if err := r.Status().Patch(ctx, b, patch); err != nil {
 		return fmt.Errorf("write status: %w", err)

@@ -39,9 +39,12 @@ func newLedger(now func() time.Time) *ledger {
 	return &ledger{now: now, pending: map[types.NamespacedName]pendingReservation{}}
 }
 
-// allocations returns, for a namespace's cached bindings, the load reserved on every Pod, with the
-// pending reservations laid over the cache. Pending reservations the cache now shows are dropped.
-// The caller holds the lock.
+// allocationsLocked returns, for a namespace's cached bindings, the load reserved on every Pod,
+// with the pending reservations laid over the cache. Until the cache shows a pending write, both
+// the cached and the pending reservation count (a move holds its old Pod until the new one serves;
+// a stale or failed write never frees capacity it did not free). A pending reservation the cache
+// shows is dropped. The caller holds the lock and read cached after taking it: the informer's
+// store only moves forward, so a reservation dropped here is in every later list too.
 func (l *ledger) allocationsLocked(namespace string, cached []schedulingv1alpha1.PipelineBinding) map[string]int64 {
 	seen := map[types.NamespacedName]bool{}
 	out := map[string]int64{}
@@ -50,15 +53,19 @@ func (l *ledger) allocationsLocked(namespace string, cached []schedulingv1alpha1
 		key := types.NamespacedName{Namespace: b.Namespace, Name: b.Name}
 		seen[key] = true
 		r := reservation{pod: b.Spec.Pod, load: int64(b.Spec.DocumentsPerSecond)}
-		if p, ok := l.pending[key]; ok {
-			if p.reservation == r || l.now().Sub(p.at) > pendingTTL {
-				delete(l.pending, key) // the cache caught up
-			} else {
-				r = p.reservation
-			}
-		}
 		if r.pod != "" {
 			out[r.pod] += r.load
+		}
+		p, ok := l.pending[key]
+		if !ok {
+			continue
+		}
+		if p.reservation == r || l.now().Sub(p.at) > pendingTTL {
+			delete(l.pending, key) // the cache caught up
+			continue
+		}
+		if p.pod != "" {
+			out[p.pod] += p.load
 		}
 	}
 	for key, p := range l.pending {
@@ -80,7 +87,8 @@ func (l *ledger) reserveLocked(binding types.NamespacedName, r reservation) {
 	l.pending[binding] = pendingReservation{reservation: r, at: l.now()}
 }
 
-// cancel takes back a reservation whose write failed: the cache is right again.
+// cancel takes back a reservation whose write was refused outright; a write that raced with the
+// cache (AlreadyExists, Conflict) keeps its reservation until the cache shows the truth.
 func (l *ledger) cancel(binding types.NamespacedName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -32,8 +32,8 @@ func TestLedgerOverlaysPendingReservations(t *testing.T) {
 	l.reserveLocked(key("b"), reservation{pod: "green-0", load: 5})
 	l.reserveLocked(key("a"), reservation{pod: "green-1", load: 10})
 	got := l.allocationsLocked("ns", cached)
-	if got["green-0"] != 5 || got["green-1"] != 10 {
-		t.Fatalf("allocations %v, want green-0=5 (pending b) and green-1=10 (pending move of a)", got)
+	if got["green-0"] != 15 || got["green-1"] != 10 {
+		t.Fatalf("allocations %v, want green-0=15 (a as cached, pending b) and green-1=10 (pending move of a): until the cache shows the move, both Pods count it", got)
 	}
 	// The cache catches up with the move: the pending entry is dropped, the numbers stay.
 	cached = []schedulingv1alpha1.PipelineBinding{boundTo("a", "green-1", 10), boundTo("b", "green-0", 5)}

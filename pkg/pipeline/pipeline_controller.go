@@ -66,7 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Watches(&schedulingv1alpha1.PipelineBinding{}, handler.EnqueueRequestsFromMapFunc(r.bindingToWaitingPipelines)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToPipelines), builder.WithPredicates(workerPodPredicate())).
-		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToPipelines)).
+		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToPipelines), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
 }
@@ -312,12 +312,15 @@ func (r *Reconciler) placeStages(ctx context.Context, s *pipelineScope) error {
 		return nil
 	}
 
-	all := &schedulingv1alpha1.PipelineBindingList{}
-	if err := r.List(ctx, all, client.InNamespace(pl.Namespace)); err != nil {
-		return fmt.Errorf("list bindings: %w", err)
-	}
+	// Read the bindings under the ledger's lock: a list older than another placement's would miss
+	// reservations the ledger has already handed over to the cache.
 	r.ledger.mu.Lock()
-	allocs := r.ledger.allocationsLocked(pl.Namespace, liveBindings(ctx, r, all.Items))
+	live, err := r.liveBindings(ctx, pl.Namespace)
+	if err != nil {
+		r.ledger.mu.Unlock()
+		return err
+	}
+	allocs := r.ledger.allocationsLocked(pl.Namespace, live)
 	classes := map[string]*classWorkers{}
 	for _, st := range stages {
 		if classes[st.class] == nil {
@@ -354,26 +357,28 @@ func allMoves(moves map[string]bool) bool {
 	return true
 }
 
-// liveBindings leaves out bindings that are going away or whose Pipeline is gone (the garbage
-// collector has not removed them yet): they hold no capacity.
-func liveBindings(ctx context.Context, c client.Reader, in []schedulingv1alpha1.PipelineBinding) []schedulingv1alpha1.PipelineBinding {
-	exists := map[string]bool{}
-	out := in[:0:0]
-	for _, b := range in {
-		if b.DeletionTimestamp != nil {
-			continue
-		}
-		alive, ok := exists[b.Spec.Pipeline]
-		if !ok {
-			err := c.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pipeline}, &schedulingv1alpha1.Pipeline{})
-			alive = !apierrors.IsNotFound(err)
-			exists[b.Spec.Pipeline] = alive
-		}
-		if alive {
+// liveBindings lists a namespace's bindings from the cache, leaving out those going away or whose
+// Pipeline is gone (the garbage collector has not removed them yet): they hold no capacity.
+func (r *Reconciler) liveBindings(ctx context.Context, namespace string) ([]schedulingv1alpha1.PipelineBinding, error) {
+	all := &schedulingv1alpha1.PipelineBindingList{}
+	if err := r.List(ctx, all, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list bindings: %w", err)
+	}
+	pipelines := &schedulingv1alpha1.PipelineList{}
+	if err := r.List(ctx, pipelines, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list pipelines: %w", err)
+	}
+	exists := make(map[string]bool, len(pipelines.Items))
+	for i := range pipelines.Items {
+		exists[pipelines.Items[i].Name] = true
+	}
+	out := all.Items[:0]
+	for _, b := range all.Items {
+		if b.DeletionTimestamp == nil && exists[b.Spec.Pipeline] {
 			out = append(out, b)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // workersOf lists a class's workers with their free capacity: Ready, not draining.
@@ -426,7 +431,9 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 			err = r.Update(ctx, b)
 		}
 		if err != nil {
-			r.ledger.cancel(client.ObjectKeyFromObject(b))
+			if !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+				r.ledger.cancel(client.ObjectKeyFromObject(b))
+			}
 			errs = append(errs, fmt.Errorf("write binding %s: %w", b.Name, err))
 			continue
 		}
@@ -606,7 +613,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st sched
 		return nil
 	}
 	old := pl.Status.Phase
-	patch := client.MergeFrom(pl.DeepCopy())
+	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
+	patch := client.MergeFromWithOptions(pl.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	pl.Status = st
 	if err := r.Status().Patch(ctx, pl, patch); err != nil {
 		return fmt.Errorf("write status: %w", err)

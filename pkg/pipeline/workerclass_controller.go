@@ -120,7 +120,8 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if apiequality.Semantic.DeepEqual(wc.Status, st) {
 		return ctrl.Result{}, syncErr
 	}
-	patch := client.MergeFrom(wc.DeepCopy())
+	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
+	patch := client.MergeFromWithOptions(wc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	wc.Status = st
 	if err := r.Status().Patch(ctx, wc, patch); err != nil {
 		if apierrors.IsConflict(err) {

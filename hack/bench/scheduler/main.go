@@ -20,7 +20,10 @@
 // between the first and the last binding, so scheduler start-up is not counted) and of the
 // scheduler's CPU time per 1,000 Pods (less sensitive to what else the machine is doing).
 //
-// Usage, from the module root after `make tools`:
+// With -cpuprofile DIR the scheduler runs inside this process instead (cmd/scheduler/app.Run) and
+// a CPU profile of each round is written into DIR; the CPU column then counts the whole process.
+//
+// Usage, from the module root after `make control-plane`:
 //
 //	go run ./hack/bench/scheduler -nodes 1000 -pods 5000 -rounds 3
 //

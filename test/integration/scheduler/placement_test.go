@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,14 +15,17 @@ import (
 // and 30 worker Pods of three classes, created one at a time in ten rounds of red, green, blue,
 // each Pod bound (or refused) before the next is created.
 //
-// Each expected table was worked out by hand from the plugin's formulas, pod by pod, with
-// integer division as in the plugin:
+// Each expected table was worked out from the plugin's formulas, pod by pod, with integer division
+// as in the plugin (the first steps are written out below; the rest was cross-checked with a small
+// simulation of the same arithmetic, not with the plugin's code):
 //
 //	Spread: score = 100 × (budget − load − cost) / budget     (0 when over the budget)
 //	Pack:   score = 100 × (load + cost) / budget              (0 when over the budget)
 //
 // The budgets were chosen so that no two nodes ever tie for the best score: the scheduler breaks
 // ties at random, and then no single answer would be right.
+//
+// Only the plugin scores (the profiles disable the other score plugins); the default filters run.
 var budgets = []int64{120, 150, 170, 230, 260, 440}
 
 type scenario struct {
@@ -144,5 +146,3 @@ func checkRefusal(t *testing.T, pod *corev1.Pod, out outcome) {
 	}
 	t.Logf("%s stays Pending: %s", pod.Name, out.message)
 }
-
-var _ = context.Background
