@@ -124,16 +124,17 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{RequeueAfter: recheck}, svcErr
 }
 
-// readyEndpointPods names the Pods with a ready endpoint in the slices.
-func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]bool {
-	out := map[string]bool{}
+// readyEndpointPods maps the Pods with a ready endpoint in the slices to the UID the endpoint names
+// (empty when the endpoint names none).
+func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]types.UID {
+	out := map[string]types.UID{}
 	for _, s := range slices {
 		for _, ep := range s.Endpoints {
 			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
 				continue
 			}
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out[ep.TargetRef.Name] = true
+				out[ep.TargetRef.Name] = ep.TargetRef.UID
 			}
 		}
 	}
@@ -144,7 +145,7 @@ func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]bool {
 // is gone or terminating, or not Ready for longer than grace; Ready when the Service has a ready
 // endpoint for exactly the bound Pod (or, while moving, still for the Pod it served); Pending
 // otherwise. It returns when to look again while a grace period runs.
-func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]bool, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
+func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
 	st := schedulingv1alpha1.PipelineBindingStatus{
 		ObservedGeneration: b.Status.ObservedGeneration,
 		ServiceName:        b.Name,
@@ -192,11 +193,11 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s was replaced by a new Pod of the same name", b.Spec.Pod), true)
 	case !isReadyPod(pod):
 		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
-	case ready[b.Spec.Pod]:
+	case endpointFor(ready, pod):
 		st.Phase = schedulingv1alpha1.BindingReady
 		st.ServingPod = b.Spec.Pod
 		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod))
-	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod != "" && ready[b.Status.ServingPod]:
+	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod != "" && hasEndpoint(ready, b.Status.ServingPod):
 		// Make-before-break: the Service still serves from the previous Pod until the new
 		// Pod's endpoint is ready.
 		st.Phase = schedulingv1alpha1.BindingReady
@@ -207,6 +208,19 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		setReady(false, schedulingv1alpha1.ReasonEndpointNotReady, fmt.Sprintf("Service %s has no ready endpoint for %s yet", b.Name, b.Spec.Pod))
 	}
 	return st, recheck
+}
+
+// endpointFor says the slices have a ready endpoint for exactly this Pod: same name, and the same
+// UID where the endpoint names one (an endpoint left from an earlier Pod of the same name does not
+// count).
+func endpointFor(ready map[string]types.UID, pod *corev1.Pod) bool {
+	uid, ok := ready[pod.Name]
+	return ok && (uid == "" || uid == pod.UID)
+}
+
+func hasEndpoint(ready map[string]types.UID, name string) bool {
+	_, ok := ready[name]
+	return ok
 }
 
 // syncService keeps the binding's Service: same name, owned by the binding, selecting exactly the

@@ -38,19 +38,20 @@ func TestBindingStatus(t *testing.T) {
 		name        string
 		b           *schedulingv1alpha1.PipelineBinding
 		pod         *corev1.Pod
-		ready       map[string]bool
+		ready       map[string]types.UID
 		wantPhase   schedulingv1alpha1.BindingPhase
 		wantServing string
 		wantRecheck time.Duration
 	}{
 		{"no pod is Unset", binding("", "", "", nil), nil, nil, schedulingv1alpha1.BindingUnset, "", 0},
-		{"a Ready endpoint for exactly the Pod", binding("green-1", schedulingv1alpha1.BindingPending, "", nil), readyPod("green-1", true), map[string]bool{"green-1": true}, schedulingv1alpha1.BindingReady, "green-1", 0},
-		{"an endpoint for another Pod is not enough", binding("green-1", "", "", nil), readyPod("green-1", true), map[string]bool{"green-0": true}, schedulingv1alpha1.BindingPending, "", 0},
-		{"a move keeps Ready while the old Pod serves", binding("green-1", schedulingv1alpha1.BindingReady, "green-0", nil), readyPod("green-1", true), map[string]bool{"green-0": true}, schedulingv1alpha1.BindingReady, "green-0", 0},
+		{"a Ready endpoint for exactly the Pod", binding("green-1", schedulingv1alpha1.BindingPending, "", nil), readyPod("green-1", true), map[string]types.UID{"green-1": ""}, schedulingv1alpha1.BindingReady, "green-1", 0},
+		{"an endpoint for another Pod is not enough", binding("green-1", "", "", nil), readyPod("green-1", true), map[string]types.UID{"green-0": ""}, schedulingv1alpha1.BindingPending, "", 0},
+		{"a move keeps Ready while the old Pod serves", binding("green-1", schedulingv1alpha1.BindingReady, "green-0", nil), readyPod("green-1", true), map[string]types.UID{"green-0": ""}, schedulingv1alpha1.BindingReady, "green-0", 0},
 		{"the Pod is gone: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), nil, nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
-		{"the Pod is terminating: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), terminating, map[string]bool{"green-1": true}, schedulingv1alpha1.BindingDeadEnd, "", 0},
+		{"the Pod is terminating: DeadEnd at once", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), terminating, map[string]types.UID{"green-1": ""}, schedulingv1alpha1.BindingDeadEnd, "", 0},
 		{"not Ready within the grace period: Pending", binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), readyPod("green-1", false), nil, schedulingv1alpha1.BindingPending, "", 5 * time.Second},
-		{"a new Pod under the bound name: DeadEnd at once", withUID(binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), "old"), readyPod("green-1", true), map[string]bool{"green-1": true}, schedulingv1alpha1.BindingDeadEnd, "", 0},
+		{"an endpoint left from an earlier Pod of the same name is not enough", binding("green-1", "", "", nil), withPodUID(readyPod("green-1", true), "new"), map[string]types.UID{"green-1": "old"}, schedulingv1alpha1.BindingPending, "", 0},
+		{"a new Pod under the bound name: DeadEnd at once", withUID(binding("green-1", schedulingv1alpha1.BindingReady, "green-1", nil), "old"), readyPod("green-1", true), map[string]types.UID{"green-1": ""}, schedulingv1alpha1.BindingDeadEnd, "", 0},
 		{"not Ready past the grace period: DeadEnd", binding("green-1", schedulingv1alpha1.BindingPending, "", &longAgo), readyPod("green-1", false), nil, schedulingv1alpha1.BindingDeadEnd, "", 0},
 	}
 	for _, tt := range tests {
@@ -81,4 +82,9 @@ func TestDesiredWorkers(t *testing.T) {
 func withUID(b *schedulingv1alpha1.PipelineBinding, uid string) *schedulingv1alpha1.PipelineBinding {
 	b.Status.PodUID = types.UID(uid)
 	return b
+}
+
+func withPodUID(p *corev1.Pod, uid string) *corev1.Pod {
+	p.UID = types.UID(uid)
+	return p
 }
