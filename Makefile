@@ -39,7 +39,7 @@ help: ## Show this help.
 
 .PHONY: generate
 generate: manifests ## Generate deepcopy code and CRDs.
-	$(CONTROLLER_GEN) object paths=./apis/...
+	$(CONTROLLER_GEN) object paths=./apis/... paths=./pkg/schedplugin/apis/...
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds and the operator's RBAC rules into charts/conveyor/files/rbac.
