@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+
 	"context"
 	"errors"
 	"fmt"
@@ -143,7 +145,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 		return err
 	}
 	_, cpuBefore := op.usage()
-	planeBefore := controlPlaneCPU(c.Workdir())
+	planeBefore := procstat.ControlPlaneCPU(c.Workdir())
 	res.load1 = loadAverage()
 	logf("%d pipelines: creating them from %d goroutines (load average %.2f)", n, cfg.creators, res.load1)
 
@@ -172,7 +174,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 		return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.tail())
 	}
 	res.operatorCPU = cpuAfter - cpuBefore
-	res.planeCPU = controlPlaneCPU(c.Workdir())
+	res.planeCPU = procstat.ControlPlaneCPU(c.Workdir())
 	for k, d := range planeBefore {
 		res.planeCPU[k] -= d
 	}

@@ -1,14 +1,14 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,7 +140,7 @@ func (o *operator) usage() (peakRSS int64, cpu time.Duration) {
 			}
 		}
 	}
-	return peakRSS, processCPU(pid)
+	return peakRSS, procstat.ProcessCPU(pid)
 }
 
 // stop terminates the operator: SIGTERM, then SIGKILL after ten seconds.
@@ -157,54 +157,4 @@ func (o *operator) stop() {
 		_ = o.cmd.Process.Kill()
 		<-o.exited
 	}
-}
-
-// processCPU is the CPU time, user and system, a process has used so far, or 0 when /proc cannot
-// tell.
-func processCPU(pid int) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses and may contain spaces.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	// fields[0] is field 3 (state); utime and stime are fields 14 and 15, in clock ticks (USER_HZ,
-	// 100 on every Linux platform Go supports).
-	if len(fields) <= 12 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100
-}
-
-// controlPlaneCPU is the CPU time used so far by each component of the cluster whose directory is
-// dir, by name: kwokctl starts every component through a link under the cluster's directory, which
-// is its argv[0].
-func controlPlaneCPU(dir string) map[string]time.Duration {
-	out := map[string]time.Duration{}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	prefix := []byte(dir + "/")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-		if bytes.HasPrefix(argv0, prefix) {
-			out[filepath.Base(string(argv0))] += processCPU(pid)
-		}
-	}
-	return out
 }

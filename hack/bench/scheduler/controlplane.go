@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+
 	"context"
 	"errors"
 	"fmt"
@@ -144,7 +146,7 @@ func (s *scheduler) running() error {
 
 // stop ends the scheduler (SIGTERM, then SIGKILL) and returns the CPU time it used.
 func (s *scheduler) stop() time.Duration {
-	cpu := processCPU(s.cmd.Process.Pid)
+	cpu := procstat.ProcessCPU(s.cmd.Process.Pid)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:

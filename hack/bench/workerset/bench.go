@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+
 	"context"
 	"errors"
 	"fmt"
@@ -171,7 +173,7 @@ func (b *bench) measure(ctx context.Context, contender, ns string, n int, res *r
 			return err
 		}
 	}
-	cpuBefore := controlPlaneCPU(b.c.Workdir())
+	cpuBefore := procstat.ControlPlaneCPU(b.c.Workdir())
 
 	// The floor creates Pods from goroutines of its own; the sets are created with one call.
 	floorDone := make(chan error, 1)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -131,7 +133,7 @@ func (o *operator) usage() (peakRSS int64, cpu time.Duration) {
 			}
 		}
 	}
-	return peakRSS, processCPU(pid)
+	return peakRSS, procstat.ProcessCPU(pid)
 }
 
 // stop terminates the operator: SIGTERM, then SIGKILL after ten seconds.
