@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/operatorproc"
+
 	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
 
 	"context"
@@ -122,7 +124,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	if err != nil {
 		return err
 	}
-	defer op.stop()
+	defer op.Stop()
 
 	// 2. Classes and workers, Ready before the clock starts.
 	if err := setUpWorkers(ctx, admin, cfg, res.workers); err != nil {
@@ -144,7 +146,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	if err != nil {
 		return err
 	}
-	_, cpuBefore := op.usage()
+	_, cpuBefore := op.Usage()
 	planeBefore := procstat.ControlPlaneCPU(c.Workdir())
 	res.load1 = loadAverage()
 	logf("%d pipelines: creating them from %d goroutines (load average %.2f)", n, cfg.creators, res.load1)
@@ -169,9 +171,9 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 		return err
 	}
 	var cpuAfter time.Duration
-	res.peakRSS, cpuAfter = op.usage()
+	res.peakRSS, cpuAfter = op.Usage()
 	if res.peakRSS == 0 {
-		return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.tail())
+		return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.Tail())
 	}
 	res.operatorCPU = cpuAfter - cpuBefore
 	res.planeCPU = procstat.ControlPlaneCPU(c.Workdir())
@@ -202,7 +204,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 
 // launchOperator starts the operator against the cluster with the benchmark's flags and returns it
 // with the address of its metrics endpoint.
-func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int) (*operator, string, error) {
+func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int) (*operatorproc.Operator, string, error) {
 	metricsAddr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, "", err
@@ -225,7 +227,8 @@ func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int)
 	if cfg.logs != "" {
 		logPath = filepath.Join(cfg.logs, fmt.Sprintf("operator-%d.log", n))
 	}
-	op, err := startOperator(ctx, cfg.operatorBin, args, logPath, operatorTimeout)
+	op, err := operatorproc.Start(ctx, operatorproc.Options{Bin: cfg.operatorBin, Args: args, LogPath: logPath, Timeout: operatorTimeout,
+		Controllers: []string{"workerset", "pipeline", "pipelinebinding"}})
 	return op, metricsAddr, err
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/operatorproc"
+
 	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
 
 	"context"
@@ -160,12 +162,12 @@ func (b *bench) measure(ctx context.Context, contender, ns string, n int, res *r
 	}
 	defer stopWatch()
 
-	var op *operator
+	var op *operatorproc.Operator
 	if contender == contenderWorkerSet {
 		if op, err = b.startOperator(ctx, ns); err != nil {
 			return err
 		}
-		defer op.stop()
+		defer op.Stop()
 	}
 	setWrites := func() int { return -1 }
 	if gvr, ok := setResources[contender]; ok {
@@ -217,9 +219,9 @@ func (b *bench) measure(ctx context.Context, contender, ns string, n int, res *r
 	}
 	res.events = len(events.Items)
 	if op != nil {
-		res.operatorRSS, res.operatorCPU = op.usage()
+		res.operatorRSS, res.operatorCPU = op.Usage()
 		if res.operatorRSS == 0 {
-			return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.tail())
+			return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.Tail())
 		}
 	}
 	return nil
@@ -396,7 +398,7 @@ func (b *bench) cleanup(ctx context.Context, ns string) error {
 
 // startOperator starts the operator binary against the cluster, watching only ns, with the mode's
 // client limits, and waits until its WorkerSet controller has synced its caches and started.
-func (b *bench) startOperator(ctx context.Context, ns string) (*operator, error) {
+func (b *bench) startOperator(ctx context.Context, ns string) (*operatorproc.Operator, error) {
 	qps, burst := "-1", "0"
 	if b.mode.qps >= 0 {
 		qps, burst = strconv.FormatFloat(float64(b.mode.qps), 'g', -1, 32), strconv.Itoa(b.mode.burst)
@@ -417,5 +419,6 @@ func (b *bench) startOperator(ctx context.Context, ns string) (*operator, error)
 		}
 		logPath = fmt.Sprintf("%s/operator-%s-%s.log", strings.TrimRight(b.cfg.keepLogs, "/"), b.mode.name, ns)
 	}
-	return startOperator(ctx, b.cfg.operatorBin, args, b.c.Kubeconfig(), logPath, operatorTimeout)
+	return operatorproc.Start(ctx, operatorproc.Options{Bin: b.cfg.operatorBin, Args: args, Env: []string{"KUBECONFIG=" + b.c.Kubeconfig()},
+		LogPath: logPath, Timeout: operatorTimeout, Controllers: []string{"workerset"}})
 }

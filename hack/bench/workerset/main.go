@@ -42,6 +42,8 @@
 package main
 
 import (
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/operatorproc"
+
 	"context"
 	"errors"
 	"flag"
@@ -250,7 +252,7 @@ func run(cfg *config) error {
 func buildOperator(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "conveyor-operator")
 	logf("building ./cmd/operator")
-	cmd := execCommand(ctx, "go", "build", "-o", bin, "./cmd/operator")
+	cmd := operatorproc.Command(ctx, "go", "build", "-o", bin, "./cmd/operator")
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

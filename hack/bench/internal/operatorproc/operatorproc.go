@@ -1,4 +1,7 @@
-package main
+// Package operatorproc runs the operator binary as a child process for the benchmark programs:
+// start it, wait until its controllers have started their workers, read its peak resident set and
+// CPU time from /proc, and stop it.
+package operatorproc
 
 import (
 	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
@@ -16,14 +19,24 @@ import (
 	"time"
 )
 
-// The operator is ready once controller-runtime has logged "Starting workers" for each of these
-// controllers: their caches have synced and they react to new objects at once.
+// readyLine is what controller-runtime logs once a controller's caches have synced and its
+// workers run: from then on it reacts to new objects at once.
 const readyLine = "Starting workers"
 
-var readyControllers = []string{`controller="workerset"`, `controller="pipeline"`, `controller="pipelinebinding"`}
+// Options says how to run the operator.
+type Options struct {
+	Bin     string
+	Args    []string
+	Env     []string // added to this process's environment
+	LogPath string   // where its log goes; empty keeps only the tail
+	Timeout time.Duration
+	// Controllers are the controller names (as in `controller="workerset"`) that must have
+	// started their workers before Start returns.
+	Controllers []string
+}
 
-// operator is a running operator subprocess. (Adapted from hack/bench/workerset.)
-type operator struct {
+// Operator is a running operator subprocess.
+type Operator struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 
@@ -31,19 +44,20 @@ type operator struct {
 	lines []string // the last lines of its log
 }
 
-// execCommand is exec.CommandContext for a child that dies with this process.
-func execCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+// Command is exec.CommandContext for a child that dies with this process.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
 }
 
-// startOperator starts the operator binary and waits until every controller of readyControllers
-// has logged readyLine. Its log goes to logPath when that is set.
-func startOperator(ctx context.Context, bin string, args []string, logPath string, timeout time.Duration) (*operator, error) {
-	// Not tied to ctx: stop ends it, after its resource usage has been read.
-	cmd := execCommand(context.WithoutCancel(ctx), bin, args...)
+// Start starts the operator binary and waits until every controller of opts.Controllers has
+// logged readyLine.
+func Start(ctx context.Context, opts Options) (*Operator, error) {
+	// Not tied to ctx: Stop ends it, after its resource usage has been read.
+	cmd := Command(context.WithoutCancel(ctx), opts.Bin, opts.Args...)
+	cmd.Env = append(os.Environ(), opts.Env...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -57,32 +71,32 @@ func startOperator(ctx context.Context, bin string, args []string, logPath strin
 	_ = pw.Close()
 
 	var logFile io.WriteCloser
-	if logPath != "" {
-		if logFile, err = os.Create(logPath); err != nil {
+	if opts.LogPath != "" {
+		if logFile, err = os.Create(opts.LogPath); err != nil {
 			_ = cmd.Process.Kill()
 			return nil, err
 		}
 	}
-	op := &operator{cmd: cmd, exited: make(chan struct{})}
+	op := &Operator{cmd: cmd, exited: make(chan struct{})}
 	ready := make(chan struct{})
-	go op.readLog(pr, logFile, ready)
+	go op.readLog(pr, logFile, ready, opts.Controllers)
 	go func() { _ = cmd.Wait(); close(op.exited) }()
 
 	select {
 	case <-ready:
 		return op, nil
 	case <-op.exited:
-		return nil, fmt.Errorf("the operator exited before it was ready: %s", op.tail())
-	case <-time.After(timeout):
+		return nil, fmt.Errorf("the operator exited before it was ready: %s", op.Tail())
+	case <-time.After(opts.Timeout):
 	case <-ctx.Done():
 	}
-	op.stop()
-	return nil, fmt.Errorf("the operator did not log %q for %v: %s", readyLine, readyControllers, op.tail())
+	op.Stop()
+	return nil, fmt.Errorf("the operator did not log %q for %v: %s", readyLine, opts.Controllers, op.Tail())
 }
 
 // readLog keeps the tail of the operator's log, copies it to logFile, and closes ready once every
 // controller has started its workers.
-func (o *operator) readLog(r io.ReadCloser, logFile io.WriteCloser, ready chan struct{}) {
+func (o *Operator) readLog(r io.ReadCloser, logFile io.WriteCloser, ready chan struct{}, controllers []string) {
 	defer func() { _ = r.Close() }()
 	if logFile != nil {
 		defer func() { _ = logFile.Close() }()
@@ -105,27 +119,28 @@ func (o *operator) readLog(r io.ReadCloser, logFile io.WriteCloser, ready chan s
 		if isReady || !strings.Contains(line, readyLine) {
 			continue
 		}
-		for _, c := range readyControllers {
-			if strings.Contains(line, c) {
+		for _, c := range controllers {
+			if strings.Contains(line, `controller="`+c+`"`) {
 				started[c] = true
 			}
 		}
-		if len(started) == len(readyControllers) {
+		if len(started) == len(controllers) {
 			isReady = true
 			close(ready)
 		}
 	}
 }
 
-func (o *operator) tail() string {
+// Tail is the last lines of the operator's log.
+func (o *Operator) Tail() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return strings.Join(o.lines, "\n")
 }
 
-// usage returns the operator's peak resident set in bytes (VmHWM) and the CPU time it used so far.
+// Usage returns the operator's peak resident set in bytes (VmHWM) and the CPU time it used so far.
 // It returns zeros when /proc cannot be read.
-func (o *operator) usage() (peakRSS int64, cpu time.Duration) {
+func (o *Operator) Usage() (peakRSS int64, cpu time.Duration) {
 	pid := o.cmd.Process.Pid
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -143,8 +158,8 @@ func (o *operator) usage() (peakRSS int64, cpu time.Duration) {
 	return peakRSS, procstat.ProcessCPU(pid)
 }
 
-// stop terminates the operator: SIGTERM, then SIGKILL after ten seconds.
-func (o *operator) stop() {
+// Stop terminates the operator: SIGTERM, then SIGKILL after ten seconds.
+func (o *Operator) Stop() {
 	select {
 	case <-o.exited:
 		return
