@@ -117,7 +117,7 @@ func run(opts options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         cacheOpts,
+		Cache:                         operator.CacheOptions(cacheOpts),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
@@ -128,7 +128,9 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	alloc := pipeline.NewAllocator(nil)
 	if err := operator.Setup(context.Background(), mgr, operator.Options{
+		Allocator:            alloc,
 		WorkerSetConcurrency: opts.workerSetConcurrency,
 		PipelineConcurrency:  opts.pipelineConcurrency,
 		DeadEndGrace:         opts.deadEndGrace,
@@ -142,7 +144,7 @@ func run(opts options) error {
 		}
 		server, err := custommetrics.NewServer(custommetrics.ServerOptions{
 			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
-		}, mgr.GetCache())
+		}, mgr.GetCache(), alloc)
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
@@ -47,15 +48,16 @@ func (d *demo) startConveyor(ctx context.Context) error {
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		Cache:                  operator.CacheOptions(cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}),
 	})
 	if err != nil {
 		return err
 	}
-	if err := operator.Setup(ctx, mgr, operator.Options{}); err != nil {
+	alloc := pipeline.NewAllocator(nil)
+	if err := operator.Setup(ctx, mgr, operator.Options{Allocator: alloc}); err != nil {
 		return err
 	}
-	server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig()}, mgr.GetCache())
+	server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig()}, mgr.GetCache(), alloc)
 	if err != nil {
 		return err
 	}

@@ -38,11 +38,20 @@ var workerClasses = schema.GroupResource{Group: schedulingv1alpha1.GroupVersion.
 
 // Provider answers custom-metrics queries from the operator's cache.
 type Provider struct {
+	// Reader lists WorkerClasses (for a label selector).
 	Reader client.Reader
+	// Loads serves the numbers: the operator's Allocator.
+	Loads LoadSource
 	Now    func() time.Time
 }
 
 var _ provider.CustomMetricsProvider = &Provider{}
+
+// LoadSource is what the provider reads the numbers from: the Allocator's counters, so the HPA,
+// the WorkerClass status and the Prometheus metrics always agree.
+type LoadSource interface {
+	ClassLoads(namespace string) map[string]pipeline.ClassLoad
+}
 
 // ListAllMetrics lists the metrics the provider serves.
 func (p *Provider) ListAllMetrics() []provider.CustomMetricInfo {
@@ -58,11 +67,7 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 	if info.GroupResource != workerClasses {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	loads, err := pipeline.ClassLoads(ctx, p.Reader, name.Namespace)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	l, ok := loads[name.Name]
+	l, ok := p.Loads.ClassLoads(name.Namespace)[name.Name]
 	if !ok {
 		return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
 	}
@@ -78,10 +83,7 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	if err := p.Reader.List(ctx, classes, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	loads, err := pipeline.ClassLoads(ctx, p.Reader, namespace)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
+	loads := p.Loads.ClassLoads(namespace)
 	out := &custom_metrics.MetricValueList{}
 	for _, wc := range classes.Items {
 		v, err := p.value(types.NamespacedName{Namespace: namespace, Name: wc.Name}, info.Metric, loads[wc.Name])

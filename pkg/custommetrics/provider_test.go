@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
@@ -27,7 +28,14 @@ func TestProvider(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(
 		class("blue", 30), class("green", 15), pl("first", 10), pl("second", 10), pl("huge", 20),
 	).Build()
-	p := &Provider{Reader: c}
+	alloc := pipeline.NewAllocator(nil)
+	for _, wc := range []*schedulingv1alpha1.WorkerClass{class("blue", 30), class("green", 15)} {
+		alloc.OnWorkerClass(wc, false)
+	}
+	for _, p := range []*schedulingv1alpha1.Pipeline{pl("first", 10), pl("second", 10), pl("huge", 20)} {
+		alloc.OnPipeline(p, false)
+	}
+	p := &Provider{Reader: c, Loads: alloc}
 	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricRequest}
 
 	v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ns", Name: "green"}, info, labels.Everything())

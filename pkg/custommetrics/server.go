@@ -31,7 +31,7 @@ type Server struct {
 }
 
 // NewServer builds the server around a provider.
-func NewServer(opts ServerOptions, reader client.Reader) (*Server, error) {
+func NewServer(opts ServerOptions, reader client.Reader, loads LoadSource) (*Server, error) {
 	o := cmoptions.NewCustomMetricsAdapterServerOptions()
 	o.SecureServing.BindAddress = net.ParseIP(opts.BindAddress)
 	o.SecureServing.BindPort = opts.Port
@@ -52,7 +52,7 @@ func NewServer(opts ServerOptions, reader client.Reader) (*Server, error) {
 		RemoteKubeConfigFile:              opts.Kubeconfig,
 		FlagSet:                           pflag.NewFlagSet("custom-metrics", pflag.ContinueOnError),
 	}
-	a.WithCustomMetrics(&Provider{Reader: reader})
+	a.WithCustomMetrics(&Provider{Reader: reader, Loads: loads})
 	if _, err := a.Server(); err != nil {
 		return nil, fmt.Errorf("build custom metrics server: %w", err)
 	}

@@ -9,8 +9,17 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
@@ -27,6 +36,33 @@ type Options struct {
 	// SkipMetrics leaves the Prometheus collector unregistered (for a second manager in one
 	// process, whose registration would collide).
 	SkipMetrics bool
+	// Allocator is the pipelines' capacity allocator; Setup makes one when nil. Pass one to share
+	// it with the custom metrics server.
+	Allocator *pipeline.Allocator
+}
+
+// CacheOptions narrows the manager's cache to what the controllers read, and strips managedFields
+// from every cached object: worker Pods only (those of a WorkerSet), and only the Services,
+// ConfigMaps and EndpointSlices of pipelines (the EndpointSlice controller copies a Service's
+// labels to its slices). Everything else the operator does not cache at all.
+func CacheOptions(base cache.Options) cache.Options {
+	pipelineObjects := cache.ByObject{Label: labels.SelectorFromSet(nil)}
+	if req, err := labels.NewRequirement(schedulingv1alpha1.PipelineLabel, selection.Exists, nil); err == nil {
+		pipelineObjects.Label = labels.NewSelector().Add(*req)
+	}
+	workerPods := cache.ByObject{}
+	if req, err := labels.NewRequirement(appsv1alpha1.WorkerSetLabel, selection.Exists, nil); err == nil {
+		workerPods.Label = labels.NewSelector().Add(*req)
+	}
+	if base.ByObject == nil {
+		base.ByObject = map[client.Object]cache.ByObject{}
+	}
+	base.ByObject[&corev1.Pod{}] = workerPods
+	base.ByObject[&corev1.Service{}] = pipelineObjects
+	base.ByObject[&corev1.ConfigMap{}] = pipelineObjects
+	base.ByObject[&discoveryv1.EndpointSlice{}] = pipelineObjects
+	base.DefaultTransform = cache.TransformStripManagedFields()
+	return base
 }
 
 // Setup registers every controller with the manager.
@@ -41,8 +77,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := pipeline.SetupIndexes(ctx, mgr); err != nil {
 		return err
 	}
+	alloc := opts.Allocator
+	if alloc == nil {
+		alloc = pipeline.NewAllocator(nil)
+	}
+	if err := pipeline.RegisterAllocator(ctx, mgr, alloc); err != nil {
+		return err
+	}
 	if err := (&pipeline.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.PipelineConcurrency,
+		Allocator: alloc,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pipeline controller: %w", err)
 	}
@@ -52,7 +96,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
-	if err := (&pipeline.WorkerClassReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&pipeline.WorkerClassReconciler{Client: mgr.GetClient(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerclass controller: %w", err)
 	}
 	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
@@ -61,5 +105,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.SkipMetrics {
 		return nil
 	}
-	return metrics.Registry.Register(&pipeline.Collector{Reader: mgr.GetCache()})
+	return metrics.Registry.Register(&pipeline.Collector{Allocator: alloc})
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
@@ -56,7 +57,8 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipelinebinding").
-		For(&schedulingv1alpha1.PipelineBinding{}).
+		// The binding's own status patches trigger nothing: only a new spec, a create or a delete.
+		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToBinding)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
@@ -111,13 +113,13 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: b.Name}); err != nil {
+	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingFields{sliceServiceIndex: b.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
 	}
 	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), r.Now(), r.DeadEndGrace)
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+			return ctrl.Result{Requeue: true}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -173,9 +175,13 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		}
 		setReady(false, reason, msg)
 	}
-	// The UID the binding saw for its Pod; a status from an older spec (another Pod) does not count.
+	// The UID of the bound Pod: the one the placement chose (spec.podUID), or for a binding written
+	// without it, the one the binding first saw; a status from an older spec does not count.
 	var boundUID types.UID
-	if b.Status.ObservedGeneration == b.Generation {
+	switch {
+	case b.Spec.PodUID != "":
+		boundUID = b.Spec.PodUID
+	case b.Status.ObservedGeneration == b.Generation:
 		boundUID = b.Status.PodUID
 	}
 	st.PodUID = boundUID

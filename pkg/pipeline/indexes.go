@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,6 +21,7 @@ const (
 	bindingClassIndex    = ".spec.class"
 	bindingPipelineIndex = ".spec.pipeline"
 	pipelineClassIndex   = ".spec.workers.class"
+	sliceServiceIndex    = "metadata.labels.service-name"
 )
 
 // SetupIndexes registers the cache indexes of this package's controllers. Call it once per manager
@@ -43,6 +45,16 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 		}); err != nil {
 			return fmt.Errorf("index bindings by %s: %w", f.name, err)
 		}
+	}
+	// A label selector list scans every slice of the namespace; the index finds a Service's slices
+	// directly.
+	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
+		if v := o.GetLabels()[discoveryv1.LabelServiceName]; v != "" {
+			return []string{v}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index endpoint slices by service: %w", err)
 	}
 	if err := idx.IndexField(ctx, &schedulingv1alpha1.Pipeline{}, pipelineClassIndex, func(o client.Object) []string {
 		seen := map[string]bool{}
@@ -87,16 +99,7 @@ func podOrdinal(pod *corev1.Pod) int {
 	return n
 }
 
-// classPods lists the Pods of a WorkerClass in a namespace, from the cache.
-func classPods(ctx context.Context, c client.Reader, namespace, class string) ([]corev1.Pod, error) {
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: class}); err != nil {
-		return nil, fmt.Errorf("list pods of class %s: %w", class, err)
-	}
-	return pods.Items, nil
-}
-
-// workerClassName is the WorkerSet a class's workers come from.
+// workerSetName is the WorkerSet a class's workers come from.
 func workerSetName(wc *schedulingv1alpha1.WorkerClass) string {
 	if wc.Spec.WorkerSetName != "" {
 		return wc.Spec.WorkerSetName

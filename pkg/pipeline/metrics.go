@@ -1,14 +1,7 @@
 package pipeline
 
 import (
-	"context"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
 var (
@@ -29,10 +22,11 @@ var (
 		[]string{"pipeline_namespace", "phase"}, nil)
 )
 
-// Collector computes Conveyor's metrics from the cache at scrape time, so every operator replica
-// (leader or not) reports the same numbers.
+// Collector serves Conveyor's metrics from the Allocator's counters at scrape time. The allocator
+// is fed by the informers on every operator replica, leader or not, so every replica reports the
+// same numbers, and a scrape costs the number of classes and phases, not of pipelines.
 type Collector struct {
-	Reader client.Reader
+	Allocator *Allocator
 }
 
 var _ prometheus.Collector = &Collector{}
@@ -44,45 +38,21 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the cache and sends every metric.
+// Collect sends every metric.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	log := ctrl.Log.WithName("metrics")
-	loads, err := AllClassLoads(ctx, c.Reader, "")
-	if err != nil {
-		log.Error(err, "Compute class loads for metrics")
-		return
-	}
-	for ns, byClass := range loads {
+	for ns, byClass := range c.Allocator.AllClassLoads() {
 		for name, l := range byClass {
 			ch <- prometheus.MustNewConstMetric(requestedDesc, prometheus.GaugeValue, float64(l.Requested), name, ns)
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(l.Capacity)*float64(l.Workers), name, ns)
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(l.Workers), name, ns)
 		}
 	}
-	pipelines := &schedulingv1alpha1.PipelineList{}
-	if err := c.Reader.List(ctx, pipelines); err != nil {
-		log.Error(err, "List pipelines for metrics")
-		return
-	}
-	counts := map[[2]string]int{}
-	for _, p := range pipelines.Items {
-		counts[[2]string{p.Namespace, phaseOr(schedulingv1alpha1.BindingPhase(p.Status.Phase), "Unknown")}]++
-	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(pipelinesDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
-	}
-	bindings := &schedulingv1alpha1.PipelineBindingList{}
-	if err := c.Reader.List(ctx, bindings); err != nil {
-		log.Error(err, "List bindings for metrics")
-		return
-	}
-	counts = map[[2]string]int{}
-	for _, b := range bindings.Items {
-		counts[[2]string{b.Namespace, phaseOr(b.Status.Phase, "Unknown")}]++
-	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(bindingsDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	for ns, counts := range c.Allocator.Phases() {
+		for phase, n := range counts.Pipelines {
+			ch <- prometheus.MustNewConstMetric(pipelinesDesc, prometheus.GaugeValue, float64(n), ns, phase)
+		}
+		for phase, n := range counts.Bindings {
+			ch <- prometheus.MustNewConstMetric(bindingsDesc, prometheus.GaugeValue, float64(n), ns, phase)
+		}
 	}
 }

@@ -53,7 +53,7 @@ func buildRoutes(pl *schedulingv1alpha1.Pipeline, bindings map[string]*schedulin
 
 // syncRoutes keeps the pipeline's routes ConfigMap in line with its stages and bindings.
 func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
-	if s.invalid != nil {
+	if s.plan.invalid != nil {
 		return nil
 	}
 	doc, err := json.MarshalIndent(buildRoutes(s.pipeline, s.bindings), "", "  ")

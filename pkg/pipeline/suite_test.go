@@ -64,13 +64,17 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset"), MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8}).SetupWithManager(mgr); err != nil {
+	alloc := NewAllocator(nil)
+	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
+		return err
+	}
+	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8, Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&WorkerClassReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&WorkerClassReconciler{Client: mgr.GetClient(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)

@@ -2,15 +2,18 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -18,15 +21,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
 // WorkerClassReconciler reports a WorkerClass's workers, the load pipelines request of it (the
-// autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it.
+// autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it. The
+// numbers come from the Allocator's counters; the status is written at most about once per
+// StatusInterval while they change, and once more when they settle.
 type WorkerClassReconciler struct {
 	client.Client
+	Allocator *Allocator
+	// StatusInterval is the least time between two status writes of one class that change only
+	// its numbers; default one second.
+	StatusInterval time.Duration
+	Now            func() time.Time
+
+	mu        sync.Mutex
+	lastWrite map[types.NamespacedName]time.Time
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
@@ -34,29 +48,31 @@ type WorkerClassReconciler struct {
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
 
-// SetupWithManager registers the controller and its watches.
+// SetupWithManager registers the controller and its watches: the class itself, its WorkerSet, its
+// HPA, and the allocator, which says when a class's numbers changed.
 func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Allocator == nil {
+		return errors.New("workerclass controller: no Allocator")
+	}
+	if r.StatusInterval == 0 {
+		r.StatusInterval = time.Second
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	r.lastWrite = map[types.NamespacedName]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("workerclass").
 		For(&schedulingv1alpha1.WorkerClass{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&schedulingv1alpha1.Pipeline{}, handler.EnqueueRequestsFromMapFunc(pipelineToClasses)).
-		Watches(&schedulingv1alpha1.PipelineBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.(*schedulingv1alpha1.PipelineBinding).Spec.Class}}}
-		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[schedulingv1alpha1.WorkerClassLabel]}}}
-		}), builder.WithPredicates(workerPodPredicate())).
 		Watches(&appsv1alpha1.WorkerSet{}, handler.EnqueueRequestsFromMapFunc(r.setToClasses)).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.Allocator.SetHooks(nil, func(namespace, class string) {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: class}})
+			})
+			return nil
+		})).
 		Complete(r)
-}
-
-func pipelineToClasses(_ context.Context, o client.Object) []reconcile.Request {
-	var out []reconcile.Request
-	for _, class := range stageClasses(o.(*schedulingv1alpha1.Pipeline)) {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: class}})
-	}
-	return out
 }
 
 func (r *WorkerClassReconciler) setToClasses(ctx context.Context, o client.Object) []reconcile.Request {
@@ -80,11 +96,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("workerClass", klog.KObj(wc)))
-	load, err := ClassLoads(ctx, r, wc.Namespace)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	l := load[wc.Name]
+	l := r.Allocator.ClassLoads(wc.Namespace)[wc.Name]
 	st := schedulingv1alpha1.WorkerClassStatus{
 		ObservedGeneration:          wc.Generation,
 		Workers:                     l.Workers,
@@ -94,7 +106,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		Conditions:                  append([]metav1.Condition(nil), wc.Status.Conditions...),
 	}
 	set := &appsv1alpha1.WorkerSet{}
-	err = r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: workerSetName(wc)}, set)
+	err := r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: workerSetName(wc)}, set)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
@@ -120,16 +132,39 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if apiequality.Semantic.DeepEqual(wc.Status, st) {
 		return ctrl.Result{}, syncErr
 	}
+	key := client.ObjectKeyFromObject(wc)
+	if wait := r.debounce(key, wc.Status, st); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, syncErr
+	}
 	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
 	patch := client.MergeFromWithOptions(wc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	wc.Status = st
 	if err := r.Status().Patch(ctx, wc, patch); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+			return ctrl.Result{Requeue: true}, nil
 		}
-		return ctrl.Result{}, fmt.Errorf("write status: %w", err)
+		return ctrl.Result{}, errors.Join(fmt.Errorf("write status: %w", err), syncErr)
 	}
+	r.mu.Lock()
+	r.lastWrite[key] = r.Now()
+	r.mu.Unlock()
 	return ctrl.Result{}, syncErr
+}
+
+// debounce says how long to wait before writing a status that differs from the last one only in
+// its numbers, so a class under a burst of placements is written about once per StatusInterval
+// (and once more when the burst ends) rather than once per placement. A change of a condition or
+// of the generation is written at once.
+func (r *WorkerClassReconciler) debounce(key types.NamespacedName, old, st schedulingv1alpha1.WorkerClassStatus) time.Duration {
+	if old.ObservedGeneration != st.ObservedGeneration || !apiequality.Semantic.DeepEqual(old.Conditions, st.Conditions) {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if elapsed := r.Now().Sub(r.lastWrite[key]); elapsed < r.StatusInterval {
+		return r.StatusInterval - elapsed
+	}
+	return 0
 }
 
 func targetUtilization(wc *schedulingv1alpha1.WorkerClass) int32 {
@@ -161,66 +196,4 @@ type ClassLoad struct {
 	Workers   int32 // Ready worker Pods
 	Requested int64 // sum of the loads of every stage of the class, placed or not
 	Allocated int64 // load bound to workers
-}
-
-// ClassLoads computes the load of every WorkerClass in a namespace from the cache. The WorkerClass status, the Prometheus metrics and the custom metrics API all read it,
-// so they always agree.
-func ClassLoads(ctx context.Context, c client.Reader, namespace string) (map[string]ClassLoad, error) {
-	byNS, err := AllClassLoads(ctx, c, namespace)
-	if err != nil {
-		return nil, err
-	}
-	return byNS[namespace], nil
-}
-
-// AllClassLoads is ClassLoads by namespace; an empty namespace means every namespace.
-func AllClassLoads(ctx context.Context, c client.Reader, namespace string) (map[string]map[string]ClassLoad, error) {
-	classes := &schedulingv1alpha1.WorkerClassList{}
-	pipelines := &schedulingv1alpha1.PipelineList{}
-	bindings := &schedulingv1alpha1.PipelineBindingList{}
-	pods := &corev1.PodList{}
-	for _, l := range []client.ObjectList{classes, pipelines, bindings} {
-		if err := c.List(ctx, l, client.InNamespace(namespace)); err != nil {
-			return nil, fmt.Errorf("list for class loads: %w", err)
-		}
-	}
-	if err := c.List(ctx, pods, client.InNamespace(namespace), client.HasLabels{schedulingv1alpha1.WorkerClassLabel}); err != nil {
-		return nil, fmt.Errorf("list worker pods: %w", err)
-	}
-	out := map[string]map[string]ClassLoad{}
-	capacity := map[string]map[string]int64{}
-	for _, wc := range classes.Items {
-		if out[wc.Namespace] == nil {
-			out[wc.Namespace] = map[string]ClassLoad{}
-			capacity[wc.Namespace] = map[string]int64{}
-		}
-		out[wc.Namespace][wc.Name] = ClassLoad{Class: wc.Name, Capacity: int64(wc.Spec.Capacity)}
-		capacity[wc.Namespace][wc.Name] = int64(wc.Spec.Capacity)
-	}
-	pipelinesByNS := map[string][]schedulingv1alpha1.Pipeline{}
-	for _, p := range pipelines.Items {
-		pipelinesByNS[p.Namespace] = append(pipelinesByNS[p.Namespace], p)
-	}
-	bindingsByNS := map[string][]schedulingv1alpha1.PipelineBinding{}
-	for _, b := range bindings.Items {
-		bindingsByNS[b.Namespace] = append(bindingsByNS[b.Namespace], b)
-	}
-	for ns, loads := range out {
-		requested := requestedLoad(pipelinesByNS[ns], capacity[ns])
-		allocated := allocatedLoad(bindingsByNS[ns])
-		for name, l := range loads {
-			l.Requested, l.Allocated = requested[name], allocated[name]
-			loads[name] = l
-		}
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		loads := out[pod.Namespace]
-		l, ok := loads[pod.Labels[schedulingv1alpha1.WorkerClassLabel]]
-		if ok && isReadyPod(pod) {
-			l.Workers++
-			loads[l.Class] = l
-		}
-	}
-	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
@@ -43,8 +44,8 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.DeleteAPIService(context.Background(), local.Name) })
-	startOperator(t, ns, func(mgr ctrl.Manager) error {
-		server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: env.Kubeconfig()}, mgr.GetCache())
+	startOperator(t, ns, func(mgr ctrl.Manager, alloc *pipeline.Allocator) error {
+		server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: env.Kubeconfig()}, mgr.GetCache(), alloc)
 		if err != nil {
 			return err
 		}

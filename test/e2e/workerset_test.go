@@ -33,6 +33,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
@@ -40,7 +41,7 @@ var setLoggerOnce sync.Once
 
 // startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
-func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager) error) {
+func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager, *pipeline.Allocator) error) {
 	t.Helper()
 	setLoggerOnce.Do(func() {
 		ctrl.SetLogger(logr.Discard())
@@ -50,17 +51,18 @@ func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager) e
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		Cache:                  operator.CacheOptions(cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}),
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatalf("operator manager: %v", err)
 	}
-	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true}); err != nil {
+	alloc := pipeline.NewAllocator(nil)
+	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true, Allocator: alloc}); err != nil {
 		t.Fatalf("operator controllers: %v", err)
 	}
 	for _, add := range extra {
-		if err := add(mgr); err != nil {
+		if err := add(mgr, alloc); err != nil {
 			t.Fatalf("operator extras: %v", err)
 		}
 	}

@@ -113,6 +113,29 @@ const (
 	ReasonBindingsReady = "BindingsReady"
 	// ReasonBindingsNotReady: some binding is Pending, Unset or DeadEnd; the message names them.
 	ReasonBindingsNotReady = "BindingsNotReady"
+	// ReasonBindingNameTaken: a stage's binding name <pipeline>-<stage> belongs to an object this
+	// pipeline does not own (another pipeline whose name and stage join to the same string); the
+	// message names it. Nothing is adopted or overwritten.
+	ReasonBindingNameTaken = "BindingNameTaken"
+	// ReasonBindingWriteFailed: the API server refused a binding write (quota, webhook, Forbidden,
+	// invalid); the message names the stage and carries the API's message.
+	ReasonBindingWriteFailed = "BindingWriteFailed"
+)
+
+// Event reasons of a Pipeline: only the transitions a user acts on get an Event.
+const (
+	// EventBroken: a stage's worker is gone; the stage is being placed again.
+	EventBroken = "Broken"
+	// EventRepaired: a Broken pipeline is Ready again.
+	EventRepaired = "Repaired"
+	// EventInvalid: the spec is invalid; the message says why.
+	EventInvalid = "Invalid"
+	// EventWaitingForCapacity: the pipeline, or a change of its load, waits for capacity.
+	EventWaitingForCapacity = "WaitingForCapacity"
+	// EventBindingWriteFailed: a binding write was refused; the message carries the API's message.
+	EventBindingWriteFailed = "BindingWriteFailed"
+	// EventBindingNameTaken: a binding name is taken by an object the pipeline does not own.
+	EventBindingNameTaken = "BindingNameTaken"
 )
 
 // Pipeline is a DAG of stages, each run by a worker of some WorkerClass, that Conveyor places on

@@ -44,6 +44,13 @@ type PipelineBindingSpec struct {
 	// +optional
 	Pod string `json:"pod,omitempty"`
 
+	// podUID is the UID of the worker Pod the stage was placed on. A Pod re-created under the same
+	// name is another worker: a binding whose podUID differs from the Pod's is DeadEnd, and a
+	// repair onto the new Pod of that name changes podUID in the same write that re-places the
+	// stage. Empty for a binding written before the field existed, and when unset.
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
+
 	// documentsPerSecond is the load the binding reserves on its Pod.
 	// +required
 	// +kubebuilder:validation:Minimum=0
