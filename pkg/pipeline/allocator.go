@@ -41,6 +41,9 @@ type Allocator struct {
 
 	// wake enqueues a Pipeline (set by the Pipeline controller); classChanged enqueues a
 	// WorkerClass (set by the WorkerClass controller). Both are called outside every lock.
+	// synced say whether each feeding handler has seen its informer's initial list.
+	synced []func() bool
+
 	wakeMu       sync.RWMutex
 	wake         func(namespace, pipeline string)
 	classChanged func(namespace, class string)
@@ -59,6 +62,12 @@ type nsState struct {
 	classes   map[string]*classState
 	bindings  map[string]*bindingState  // by binding name
 	pipelines map[string]*pipelineState // by Pipeline name
+	// byPipeline indexes the bindings by their Pipeline's name.
+	byPipeline map[string]map[string]*bindingState
+
+	// gone are the UIDs of Pipelines seen deleted: a reconcile that read one from the cache just
+	// before cannot bring it back.
+	gone map[types.UID]time.Time
 
 	pipelinePhases map[string]int // Pipelines by phase ("Unknown" before the first status)
 	bindingPhases  map[string]int // bindings in the cache by phase
@@ -105,7 +114,7 @@ type holding struct {
 
 type bindingState struct {
 	name, pipeline, class string
-	phase                 string // as the cache shows it; empty when absent
+	phase                 string  // as the cache shows it; empty when absent
 	observed              holding // from the cache; zero when absent, deleted or its Pipeline is gone
 	observedGen           int64
 	present               bool // the cache shows the binding
@@ -131,6 +140,7 @@ type Reservation struct {
 	hold               holding
 	class              string
 	delete             bool      // the write deletes the binding
+	baseGen            int64     // the generation the write started from (0: a create)
 	done               bool      // the write returned
 	appliedGen         int64     // >0: the write applied and produced this generation
 	unknownSince       time.Time // non-zero: the write's outcome is unknown
@@ -142,7 +152,8 @@ func (a *Allocator) ns(namespace string) *nsState {
 	s := a.namespaces[namespace]
 	if s == nil {
 		s = &nsState{classes: map[string]*classState{}, bindings: map[string]*bindingState{}, pipelines: map[string]*pipelineState{},
-			pipelinePhases: map[string]int{}, bindingPhases: map[string]int{}}
+			byPipeline:     map[string]map[string]*bindingState{},
+			pipelinePhases: map[string]int{}, bindingPhases: map[string]int{}, gone: map[types.UID]time.Time{}}
 		a.namespaces[namespace] = s
 	}
 	return s
@@ -165,6 +176,25 @@ func (c *classState) worker(name string) *workerState {
 		c.sorted = nil
 	}
 	return w
+}
+
+func (a *Allocator) addSynced(f func() bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.synced = append(a.synced, f)
+}
+
+// Synced says whether the allocator has seen every object its informers listed at start-up: before
+// that its counters miss bindings, and no placement may be decided from them.
+func (a *Allocator) Synced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range a.synced {
+		if !f() {
+			return false
+		}
+	}
+	return true
 }
 
 // SetHooks sets the functions that enqueue a Pipeline and a WorkerClass when the allocator's
@@ -306,15 +336,27 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 	}
 	if deleted || pl.DeletionTimestamp != nil {
 		delete(s.pipelines, pl.Name)
-		for _, b := range s.bindings {
-			if b.pipeline == pl.Name {
-				s.recountLocked(b, &fx)
+		if pl.UID != "" {
+			s.gone[pl.UID] = a.now()
+		}
+		for _, b := range s.byPipeline[pl.Name] {
+			// Its bindings hold nothing now, and no write of it matters any more.
+			b.pending = slices.DeleteFunc(b.pending, func(r *Reservation) bool { return r.done })
+			s.recountLocked(b, &fx)
+			if !b.present && len(b.pending) == 0 {
+				s.forgetBindingLocked(b)
+			}
+		}
+		for uid, at := range s.gone {
+			if a.now().Sub(at) > unknownOutcomeTTL {
+				delete(s.gone, uid)
 			}
 		}
 		for _, c := range s.classes {
 			c.waiting = slices.DeleteFunc(c.waiting, func(w waiter) bool { return w.pipeline == pl.Name })
 		}
 	} else {
+		delete(s.gone, pl.UID)
 		p := &pipelineState{phase: phaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
 			load: int64(pl.Spec.DocumentsPerSecond), counts: pl.Status.Phase != schedulingv1alpha1.PipelineInvalid}
 		countPhase(s.pipelinePhases, p.phase, 1)
@@ -326,10 +368,8 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 		s.countRequestLocked(p, 1, &fx)
 		if isNew {
 			// Bindings seen before their Pipeline held nothing until now.
-			for _, b := range s.bindings {
-				if b.pipeline == pl.Name {
-					s.recountLocked(b, &fx)
-				}
+			for _, b := range s.byPipeline[pl.Name] {
+				s.recountLocked(b, &fx)
 			}
 		}
 	}
@@ -376,7 +416,7 @@ func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted boo
 		fx.pipelines = append(fx.pipelines, bs.pipeline)
 	}
 	if deleted && len(bs.pending) == 0 {
-		delete(s.bindings, b.Name)
+		s.forgetBindingLocked(bs)
 	}
 	s.mu.Unlock()
 	a.notify(b.Namespace, fx.pipelines, fx.classes)
@@ -411,21 +451,38 @@ func (s *nsState) bindingLocked(name, pipeline, class string) *bindingState {
 		bs = &bindingState{name: name, pipeline: pipeline, class: class}
 		s.bindings[name] = bs
 	}
-	if bs.pipeline == "" {
+	if bs.pipeline == "" && pipeline != "" {
 		bs.pipeline = pipeline
 	}
+	if bs.pipeline != "" {
+		if s.byPipeline[bs.pipeline] == nil {
+			s.byPipeline[bs.pipeline] = map[string]*bindingState{}
+		}
+		s.byPipeline[bs.pipeline][name] = bs
+	}
 	return bs
+}
+
+func (s *nsState) forgetBindingLocked(bs *bindingState) {
+	delete(s.bindings, bs.name)
+	if m := s.byPipeline[bs.pipeline]; m != nil {
+		delete(m, bs.name)
+		if len(m) == 0 {
+			delete(s.byPipeline, bs.pipeline)
+		}
+	}
 }
 
 // recountLocked recomputes what a binding contributes to its class's workers and applies the
 // difference; freed capacity wakes the pipelines waiting for it.
 func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	want := map[string]int64{}
-	if _, live := s.pipelines[bs.pipeline]; live && bs.observed.pod != "" {
+	_, live := s.pipelines[bs.pipeline]
+	if live && bs.observed.pod != "" {
 		want[bs.observed.pod] = bs.observed.load
 	}
 	for _, r := range bs.pending {
-		if r.hold.pod != "" {
+		if live && r.hold.pod != "" {
 			want[r.hold.pod] = max(want[r.hold.pod], r.hold.load)
 		}
 	}
@@ -445,7 +502,7 @@ func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	// Observed allocation for the class status.
 	oldObs, newObs := bs.countedObs, int64(0)
 	bs.counted = want
-	if _, live := s.pipelines[bs.pipeline]; live && bs.observed.pod != "" {
+	if live && bs.observed.pod != "" {
 		newObs = bs.observed.load
 	}
 	bs.countedObs = newObs
@@ -513,23 +570,22 @@ type Placement struct {
 // Place chooses a worker for every stage, all or nothing, and reserves the capacity under the
 // namespace's lock. On failure it reserves nothing; if wait is true the pipeline is queued to be
 // woken when its class frees capacity.
-func (a *Allocator) Place(namespace, pipeline string, stages []StageRequest, wait bool) Placement {
+func (a *Allocator) Place(pl *schedulingv1alpha1.Pipeline, stages []StageRequest, wait bool) Placement {
+	namespace, pipeline := pl.Namespace, pl.Name
 	s := a.ns(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	classes := map[string]*classWorkers{}
-	credit := map[string]map[string]int64{} // class → Pod → load of the stages being re-placed
-	for _, st := range stages {
-		if credit[st.Class] == nil {
-			credit[st.Class] = map[string]int64{}
-		}
-		if bs := s.bindings[st.Binding]; bs != nil && st.Current != "" {
-			credit[st.Class][st.Current] += bs.counted[st.Current]
-		}
+	if !s.knowLocked(pl) {
+		return Placement{Unplaced: &unplaceable{stage: stages[0].Stage, class: stages[0].Class, load: stages[0].Load, gone: true}}
 	}
+	classes := map[string]*classWorkers{}
 	var toPlace []stage
 	for _, st := range stages {
-		toPlace = append(toPlace, stage{name: st.Stage, class: st.Class, load: st.Load})
+		ps := stage{name: st.Stage, class: st.Class, load: st.Load, current: st.Current}
+		if bs := s.bindings[st.Binding]; bs != nil && st.Current != "" {
+			ps.credit = bs.counted[st.Current]
+		}
+		toPlace = append(toPlace, ps)
 		if classes[st.Class] != nil {
 			continue
 		}
@@ -541,7 +597,7 @@ func (a *Allocator) Place(namespace, pipeline string, stages []StageRequest, wai
 		cw := &classWorkers{capacity: c.capacity, policy: c.policy}
 		for _, w := range c.sortedLocked() {
 			if w.ready && !w.draining {
-				cw.workers = append(cw.workers, worker{name: w.name, ordinal: w.ordinal, free: c.capacity - w.allocated + credit[st.Class][w.name]})
+				cw.workers = append(cw.workers, worker{name: w.name, ordinal: w.ordinal, free: c.capacity - w.allocated})
 			}
 		}
 		classes[st.Class] = cw
@@ -560,24 +616,39 @@ func (a *Allocator) Place(namespace, pipeline string, stages []StageRequest, wai
 	for _, st := range stages {
 		pod := assignment[st.Stage]
 		out.UIDs[st.Stage] = s.classes[st.Class].workers[pod].uid
-		out.Reservations = append(out.Reservations, s.reserveLocked(namespace, st.Binding, pipeline, st.Class, holding{pod: pod, load: st.Load}))
+		r := s.reserveLocked(namespace, st.Binding, pipeline, st.Class, holding{pod: pod, load: st.Load})
+		if bs := s.bindings[st.Binding]; bs != nil && bs.present {
+			r.baseGen = bs.observedGen
+		}
+		out.Reservations = append(out.Reservations, r)
 	}
 	return out
 }
 
-// Reserve records a write that makes a binding hold h (an empty Pod for an unset).
-func (a *Allocator) Reserve(namespace, binding, pipeline, class string, h holding) *Reservation {
-	s := a.ns(namespace)
+// Release records a write that makes a binding hold nothing: an unset, or a delete.
+func (a *Allocator) Release(b *schedulingv1alpha1.PipelineBinding, isDelete bool) *Reservation {
+	s := a.ns(b.Namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.reserveLocked(namespace, binding, pipeline, class, h)
+	r := s.reserveLocked(b.Namespace, b.Name, b.Spec.Pipeline, b.Spec.Class, holding{})
+	r.baseGen, r.delete = b.Generation, isDelete
+	return r
 }
 
-// ReserveDelete records a write that deletes a binding.
-func (a *Allocator) ReserveDelete(namespace, binding, pipeline, class string) *Reservation {
-	r := a.Reserve(namespace, binding, pipeline, class, holding{})
-	r.delete = true
-	return r
+// knowLocked makes sure the allocator counts a pipeline the caller read from the cache before the
+// allocator's own handler saw it; it says false for a pipeline already seen deleted.
+func (s *nsState) knowLocked(pl *schedulingv1alpha1.Pipeline) bool {
+	if _, gone := s.gone[pl.UID]; gone && pl.UID != "" {
+		return false
+	}
+	if s.pipelines[pl.Name] == nil {
+		s.pipelines[pl.Name] = &pipelineState{load: int64(pl.Spec.DocumentsPerSecond)} // counted in requested once its own event comes
+		var fx effects
+		for _, b := range s.byPipeline[pl.Name] {
+			s.recountLocked(b, &fx)
+		}
+	}
+	return true
 }
 
 func (s *nsState) reserveLocked(namespace, binding, pipeline, class string, h holding) *Reservation {
@@ -621,7 +692,7 @@ func (s *nsState) dropLocked(bs *bindingState, r *Reservation, fx *effects) {
 	bs.pending = slices.DeleteFunc(bs.pending, func(x *Reservation) bool { return x == r })
 	s.recountLocked(bs, fx)
 	if !bs.present && len(bs.pending) == 0 {
-		delete(s.bindings, bs.name)
+		s.forgetBindingLocked(bs)
 	}
 }
 
@@ -658,6 +729,10 @@ func (a *Allocator) Settled(namespace string, bindings []string, cached []*sched
 		for _, r := range slices.Clone(bs.pending) {
 			switch {
 			case !r.unknownSince.IsZero() && now.Sub(r.unknownSince) > unknownOutcomeTTL:
+				s.dropLocked(bs, r, &fx)
+			case !r.unknownSince.IsZero() && bs.present && bs.observedGen > r.baseGen:
+				// The cache shows a newer binding than the write started from: the write applied,
+				// or another replaced it; either way the cache now holds the truth.
 				s.dropLocked(bs, r, &fx)
 			case r.done && r.appliedGen > 0 && bs.present && bs.observedGen >= r.appliedGen:
 				s.dropLocked(bs, r, &fx)

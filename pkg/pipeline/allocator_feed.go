@@ -48,7 +48,7 @@ func RegisterAllocator(ctx context.Context, mgr ctrl.Manager, a *Allocator) erro
 			return fmt.Errorf("allocator informer for %T: %w", f.obj, err)
 		}
 		fn := f.fn
-		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { fn(obj, false) },
 			UpdateFunc: func(_, obj any) { fn(obj, false) },
 			DeleteFunc: func(obj any) {
@@ -57,9 +57,11 @@ func RegisterAllocator(ctx context.Context, mgr ctrl.Manager, a *Allocator) erro
 				}
 				fn(obj, true)
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("allocator handler for %T: %w", f.obj, err)
 		}
+		a.addSynced(reg.HasSynced)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 // pipelineScope is what one reconcile of a Pipeline reads, once, from the cache and the allocator.
 type pipelineScope struct {
 	pipeline *schedulingv1alpha1.Pipeline
-	classes  map[string]*schedulingv1alpha1.WorkerClass   // the stages' classes that exist
+	classes  map[string]*schedulingv1alpha1.WorkerClass     // the stages' classes that exist
 	bindings map[string]*schedulingv1alpha1.PipelineBinding // this pipeline's, by stage
 	// foreign are objects named like one of this pipeline's bindings that it does not own, by
 	// stage: another pipeline's binding whose name collides (pipeline a, stage b-c and pipeline
@@ -36,6 +36,7 @@ type pipelineScope struct {
 	writeErrs   []stageError // writes that failed, by stage
 	written     bool         // bindings were created or changed this round
 	raced       bool         // a write found the cache behind (Conflict, AlreadyExists): look again
+	repairNext  bool         // a stage lost its worker: Broken is written first, the repair next round
 }
 
 // stageError is a failed write of one stage's binding.
@@ -303,6 +304,8 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 	switch {
 	case placed == 0 && !dead:
 		phase = schedulingv1alpha1.PipelinePending
+	case placed < total && !dead && !established(pl):
+		phase = schedulingv1alpha1.PipelinePending // a first placement not carried out in full
 	case dead || placed < total:
 		phase = schedulingv1alpha1.PipelineBroken
 	case ready == total:

@@ -24,50 +24,47 @@ const (
 	sliceServiceIndex    = "metadata.labels.service-name"
 )
 
+// cacheIndexes are the field indexes of this package's controllers: the object they index and the
+// function that gives its keys.
+func cacheIndexes() []struct {
+	name string
+	obj  client.Object
+	fn   client.IndexerFunc
+} {
+	one := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return []string{v}
+	}
+	binding := func(f func(*schedulingv1alpha1.PipelineBinding) string) client.IndexerFunc {
+		return func(o client.Object) []string { return one(f(o.(*schedulingv1alpha1.PipelineBinding))) }
+	}
+	return []struct {
+		name string
+		obj  client.Object
+		fn   client.IndexerFunc
+	}{
+		{bindingPodIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pod })},
+		{bindingServingIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Status.ServingPod })},
+		{bindingClassIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Class })},
+		{bindingPipelineIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pipeline })},
+		// A label selector list scans every slice of the namespace; the index finds a Service's
+		// slices directly.
+		{sliceServiceIndex, &discoveryv1.EndpointSlice{}, func(o client.Object) []string { return one(o.GetLabels()[discoveryv1.LabelServiceName]) }},
+		{pipelineClassIndex, &schedulingv1alpha1.Pipeline{}, func(o client.Object) []string {
+			return stageClasses(o.(*schedulingv1alpha1.Pipeline))
+		}},
+	}
+}
+
 // SetupIndexes registers the cache indexes of this package's controllers. Call it once per manager
 // before setting up any of them.
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
-	idx := mgr.GetFieldIndexer()
-	for _, f := range []struct {
-		name string
-		fn   func(*schedulingv1alpha1.PipelineBinding) string
-	}{
-		{bindingPodIndex, func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pod }},
-		{bindingServingIndex, func(b *schedulingv1alpha1.PipelineBinding) string { return b.Status.ServingPod }},
-		{bindingClassIndex, func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Class }},
-		{bindingPipelineIndex, func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pipeline }},
-	} {
-		if err := idx.IndexField(ctx, &schedulingv1alpha1.PipelineBinding{}, f.name, func(o client.Object) []string {
-			if v := f.fn(o.(*schedulingv1alpha1.PipelineBinding)); v != "" {
-				return []string{v}
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("index bindings by %s: %w", f.name, err)
+	for _, ix := range cacheIndexes() {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, ix.obj, ix.name, ix.fn); err != nil {
+			return fmt.Errorf("index %T by %s: %w", ix.obj, ix.name, err)
 		}
-	}
-	// A label selector list scans every slice of the namespace; the index finds a Service's slices
-	// directly.
-	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
-		if v := o.GetLabels()[discoveryv1.LabelServiceName]; v != "" {
-			return []string{v}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index endpoint slices by service: %w", err)
-	}
-	if err := idx.IndexField(ctx, &schedulingv1alpha1.Pipeline{}, pipelineClassIndex, func(o client.Object) []string {
-		seen := map[string]bool{}
-		var out []string
-		for _, w := range o.(*schedulingv1alpha1.Pipeline).Spec.Workers {
-			if !seen[w.Class] {
-				seen[w.Class] = true
-				out = append(out, w.Class)
-			}
-		}
-		return out
-	}); err != nil {
-		return fmt.Errorf("index pipelines by class: %w", err)
 	}
 	return nil
 }

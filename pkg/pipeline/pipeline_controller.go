@@ -49,6 +49,14 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 	// Allocator holds the capacity accounting; it must be fed by RegisterAllocator.
 	Allocator *Allocator
+	// APIReader reads from the API server directly, past the cache: it settles a binding write
+	// whose outcome is unknown (a timeout) at once, instead of waiting for the cache.
+	APIReader client.Reader
+
+	// written remembers the phase this controller last wrote for each pipeline, by UID: a cached
+	// copy that does not show it yet is read again from the API server, so no decision is taken
+	// from an older phase than the controller itself wrote.
+	written sync.Map
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines,verbs=get;list;watch
@@ -148,9 +156,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx).WithValues("pipeline", klog.KObj(pl))
 	ctx = ctrl.LoggerInto(ctx, log)
 	if pl.DeletionTimestamp != nil {
+		r.written.Delete(pl.UID)
 		return ctrl.Result{}, nil // bindings, Services and routes go with it
 	}
+	if last, ok := r.written.Load(pl.UID); ok && last.(schedulingv1alpha1.PipelinePhase) != pl.Status.Phase && r.APIReader != nil {
+		live := &schedulingv1alpha1.Pipeline{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		pl = live
+	}
 
+	if !r.Allocator.Synced() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // the allocator is still reading the start-up lists
+	}
 	s, settled, err := r.newScope(ctx, pl)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -174,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := errors.Join(writeErr, routesErr); err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.raced || len(s.writeErrs) > 0 {
+	if s.raced || len(s.writeErrs) > 0 || s.repairNext {
 		return ctrl.Result{Requeue: true}, nil // with the controller's backoff
 	}
 	if s.unplaced != nil || s.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending {
@@ -265,14 +284,7 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 		r.Recorder.Eventf(pl, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingNameTaken, "Place", "%s", p.conflict)
 		return nil
 	case len(p.release) > 0:
-		var writes []bindingWrite
-		for _, name := range p.release {
-			b := s.bindings[name].DeepCopy()
-			b.Spec.Pod, b.Spec.PodUID = "", ""
-			writes = append(writes, bindingWrite{stage: name, obj: b,
-				res: r.Allocator.Reserve(pl.Namespace, b.Name, pl.Name, b.Spec.Class, holding{})})
-		}
-		r.writeBindings(ctx, s, writes)
+		r.releaseStages(ctx, s, p.release)
 		return nil
 	}
 	if err := r.deleteStale(ctx, s); err != nil {
@@ -281,18 +293,29 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 	if len(p.place) == 0 {
 		return nil
 	}
+	if len(p.dead) > 0 && pl.Status.Phase != schedulingv1alpha1.PipelineBroken && established(pl) {
+		// A lost worker shows as Broken before the repair is written: the status write goes
+		// first, the placement follows at once in the next round.
+		s.repairNext = true
+		return nil
+	}
 	requests := make([]StageRequest, 0, len(p.place))
 	for _, sp := range p.place {
 		requests = append(requests, StageRequest{Stage: sp.stage, Binding: bindingName(pl.Name, sp.stage), Class: sp.class,
 			Load: int64(pl.Spec.DocumentsPerSecond), Current: sp.current})
 	}
 	moves := onlyMoves(p.place)
-	placement := r.Allocator.Place(pl.Namespace, pl.Name, requests, !moves)
+	placement := r.Allocator.Place(pl, requests, !moves)
 	if placement.Unplaced != nil {
 		if moves {
 			s.moveBlocked = placement.Unplaced // the stages keep their draining Pods until there is room
-		} else {
-			s.unplaced = placement.Unplaced // all or nothing: nothing new is held
+			return nil
+		}
+		s.unplaced = placement.Unplaced
+		if !established(pl) {
+			// All or nothing: a pipeline never placed in full holds nothing while it waits, so
+			// two half-placed pipelines can never block each other.
+			r.releaseStages(ctx, s, heldStages(s))
 		}
 		return nil
 	}
@@ -303,7 +326,61 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 		writes = append(writes, bindingWrite{stage: sp.stage, obj: b, res: placement.Reservations[i]})
 	}
 	r.writeBindings(ctx, s, writes)
+	if !established(pl) && (len(s.writeErrs) > 0 || s.raced) {
+		// Some writes of a first placement failed: take back the ones that went through, so the
+		// pipeline does not hold part of its workers while it retries.
+		r.releaseStages(ctx, s, heldStages(s))
+	}
 	return nil
+}
+
+// established says the pipeline was placed in full before: Plotted, Ready or Broken. Its healthy
+// stages keep their workers while others are placed again; a pipeline that is not established
+// holds all of its workers or none.
+func established(pl *schedulingv1alpha1.Pipeline) bool {
+	switch pl.Status.Phase {
+	case schedulingv1alpha1.PipelinePlotted, schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineBroken:
+		return true
+	}
+	return false
+}
+
+// releaseStages unsets the bindings of the given stages: they let go of their Pods.
+func (r *Reconciler) releaseStages(ctx context.Context, s *pipelineScope, stages []string) {
+	if len(stages) == 0 {
+		return
+	}
+	writes := make([]bindingWrite, 0, len(stages))
+	for _, name := range stages {
+		b := s.bindings[name].DeepCopy()
+		b.Spec.Pod, b.Spec.PodUID = "", ""
+		writes = append(writes, bindingWrite{stage: name, obj: b, res: r.Allocator.Release(s.bindings[name], false)})
+	}
+	r.writeBindings(ctx, s, writes)
+}
+
+// resolveUnknown reads a binding from the API server after a write whose outcome is unknown: if
+// the binding holds what the write wanted, the write applied (nil, with the object's generation in
+// w.obj); otherwise it did not (a Conflict, so the reservation is released). If the read fails too,
+// the outcome stays unknown and the original error is kept.
+func (r *Reconciler) resolveUnknown(ctx context.Context, w *bindingWrite) error {
+	if r.APIReader == nil {
+		return w.err
+	}
+	live := &schedulingv1alpha1.PipelineBinding{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.obj), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
+			fmt.Errorf("the write did not apply: %w", w.err))
+	case err != nil:
+		return w.err
+	case apiequality.Semantic.DeepEqual(live.Spec, w.obj.Spec):
+		w.obj = live
+		return nil
+	}
+	return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
+		fmt.Errorf("the write did not apply: %w", w.err))
 }
 
 type bindingWrite struct {
@@ -326,6 +403,9 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 				}
 			} else {
 				w.err = r.Update(ctx, w.obj)
+			}
+			if w.err != nil && !writeNotApplied(w.err) {
+				w.err = r.resolveUnknown(ctx, w)
 			}
 			r.Allocator.Settle(w.res, w.obj.Generation, w.err)
 		})
@@ -353,7 +433,7 @@ func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope) error {
 	var errs []error
 	for _, name := range s.plan.stale {
 		b := s.bindings[name]
-		res := r.Allocator.ReserveDelete(b.Namespace, b.Name, b.Spec.Pipeline, b.Spec.Class)
+		res := r.Allocator.Release(b, true)
 		err := r.Delete(ctx, b)
 		if apierrors.IsNotFound(err) {
 			err = nil
@@ -385,6 +465,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st sched
 	if err := r.Status().Patch(ctx, pl, patch); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
+	r.written.Store(pl.UID, st.Phase)
 	r.Allocator.OnPipeline(pl, false) // an Invalid pipeline stops counting at once
 	r.recordTransition(ctx, pl, old, &st)
 	return nil

@@ -20,6 +20,11 @@ type stage struct {
 	name  string
 	class string
 	load  int64
+	// current is the Pod the stage's binding holds now, and credit the load it holds there: when
+	// the stage is placed again (a new load), that Pod has credit more room for this stage only.
+	// No other stage may use it: the writes are not atomic, so the binding may keep its old load.
+	current string
+	credit  int64
 }
 
 // classWorkers is what placement knows of one class.
@@ -36,6 +41,7 @@ type unplaceable struct {
 	maxFree      int64
 	workers      int
 	never        bool // the load exceeds one worker's whole capacity
+	gone         bool // the pipeline was deleted meanwhile
 	capacity     int64
 }
 
@@ -76,6 +82,9 @@ func place(stages []stage, classes map[string]*classWorkers) (map[string]string,
 		var maxFree int64
 		for _, w := range sortedWorkers(cw.workers) {
 			f := free[st.class][w.name]
+			if w.name == st.current {
+				f += st.credit
+			}
 			maxFree = max(maxFree, f)
 			if f < st.load {
 				continue
@@ -92,7 +101,11 @@ func place(stages []stage, classes map[string]*classWorkers) (map[string]string,
 		if best == "" {
 			return nil, &unplaceable{stage: st.name, class: st.class, load: st.load, maxFree: maxFree, workers: len(cw.workers), capacity: cw.capacity}
 		}
-		free[st.class][best] -= st.load
+		if best == st.current {
+			free[st.class][best] -= max(0, st.load-st.credit)
+		} else {
+			free[st.class][best] -= st.load
+		}
 		out[st.name] = best
 	}
 	return out, nil

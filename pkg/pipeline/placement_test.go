@@ -25,7 +25,7 @@ func classOf(class string, capacity int64, policy schedulingv1alpha1.PlacementPo
 }
 
 func stages3(load int64) []stage {
-	return []stage{{"first", "blue", load}, {"second", "green", load}, {"third", "yellow", load}}
+	return []stage{{name: "first", class: "blue", load: load}, {name: "second", class: "green", load: load}, {name: "third", class: "yellow", load: load}}
 }
 
 func TestPlace(t *testing.T) {
@@ -54,7 +54,7 @@ func TestPlace(t *testing.T) {
 		},
 		{
 			name:   "spread takes the most free",
-			stages: []stage{{"a", "blue", 5}},
+			stages: []stage{{name: "a", class: "blue", load: 5}},
 			classes: map[string]*classWorkers{
 				"blue": classOf("blue", 30, spread, 10, 30, 20),
 			},
@@ -62,7 +62,7 @@ func TestPlace(t *testing.T) {
 		},
 		{
 			name:   "spread breaks ties by ordinal",
-			stages: []stage{{"a", "blue", 5}},
+			stages: []stage{{name: "a", class: "blue", load: 5}},
 			classes: map[string]*classWorkers{
 				"blue": classOf("blue", 30, spread, 20, 30, 30),
 			},
@@ -70,7 +70,7 @@ func TestPlace(t *testing.T) {
 		},
 		{
 			name:   "two stages of one class share a worker only with room for both",
-			stages: []stage{{"a", "blue", 10}, {"b", "blue", 10}},
+			stages: []stage{{name: "a", class: "blue", load: 10}, {name: "b", class: "blue", load: 10}},
 			classes: map[string]*classWorkers{
 				"blue": classOf("blue", 15, pack, 15, 15),
 			},
@@ -86,13 +86,13 @@ func TestPlace(t *testing.T) {
 		},
 		{
 			name:    "a stage above one worker's capacity can never be placed",
-			stages:  []stage{{"third", "green", 20}},
+			stages:  []stage{{name: "third", class: "green", load: 20}},
 			classes: map[string]*classWorkers{"green": classOf("green", 15, pack, 15)},
 			wantErr: "stage third needs 20 documents/s but one green worker handles 15",
 		},
 		{
 			name:    "a class without workers",
-			stages:  []stage{{"a", "blue", 1}},
+			stages:  []stage{{name: "a", class: "blue", load: 1}},
 			classes: map[string]*classWorkers{"blue": classOf("blue", 30, pack)},
 			wantErr: "stage a needs 1 documents/s and class blue has no Ready worker",
 		},

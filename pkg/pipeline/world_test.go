@@ -1,0 +1,771 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/testenv"
+)
+
+// The simulated world runs the real Pipeline Reconciler and Allocator against a fake API server
+// (the truth) read through a cache that lags it, with writes that fail now and then, while seeded
+// random events create and delete pipelines, change loads, add workers, kill workers and drain
+// them. A small binding controller plays the Service's endpoints. After every step it checks:
+//   - no worker is ever over capacity, counting every write the API server applied;
+//   - placement is all or nothing: a pipeline never fully placed holds no worker at all;
+//   - a DeadEnd binding leads its pipeline to Broken before it is Ready again;
+//   - a drain never takes a pipeline out of Ready;
+//   - a stale read never moves a phase backwards;
+//   - and at the end, with room made for every pipeline, every pipeline that fits is Ready.
+
+const worldNS = "sim"
+
+type world struct {
+	t     *testing.T
+	seed  uint64
+	rng   *rand.Rand
+	ctx   context.Context
+	truth client.WithWatch
+	cache map[string]map[string]client.Object // kind → name → the cached copy
+	seen  map[string]map[string]string        // kind → name → resourceVersion the allocator saw
+	alloc *Allocator
+	r     *Reconciler
+	now   time.Time
+
+	capacity   map[string]int64
+	pods       map[string]*corev1.Pod // the worker Pods, by name
+	podClass   map[string]string      // every Pod name ever used → its class
+	podOrdinal map[string]int         // every Pod name ever used → its ordinal
+	ordinals   map[string]int         // class → the next ordinal
+	podsSeen   map[string]string      // Pod name → a fingerprint of what the allocator saw
+	drainSince map[string]int         // draining Pod → step the drain began
+	dead       map[string]bool        // Pods killed, to come back under the same name
+	endpoints  map[string]types.UID   // binding → the Pod UID its Service's endpoint names
+	nextUID    int
+	step       int
+	failWrites bool
+
+	// What the invariants remember, per pipeline.
+	phase      map[string]schedulingv1alpha1.PipelinePhase
+	phaseGen   map[string]int64 // the generation when the phase was last recorded
+	deadSeen   map[string]bool  // a binding was DeadEnd since the last Broken
+	disturbed  map[string]bool  // a worker of it was killed since it was last Ready
+	everPlaced map[string]bool
+	history    map[string][]string
+	unsure     map[string]int // pipeline → the last step one of its binding writes had an unknown outcome
+	woken      map[string]bool
+}
+
+func newWorld(t *testing.T, seed uint64) *world {
+	scheme := testenv.Scheme()
+	w := &world{
+		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), ctx: context.Background(),
+		cache: map[string]map[string]client.Object{}, seen: map[string]map[string]string{},
+		now:      time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC),
+		capacity: map[string]int64{"blue": 30, "green": 15, "yellow": 20},
+		pods:     map[string]*corev1.Pod{}, podClass: map[string]string{}, podOrdinal: map[string]int{}, ordinals: map[string]int{}, podsSeen: map[string]string{}, drainSince: map[string]int{}, dead: map[string]bool{},
+		endpoints: map[string]types.UID{},
+		phase:     map[string]schedulingv1alpha1.PipelinePhase{}, phaseGen: map[string]int64{},
+		deadSeen: map[string]bool{}, disturbed: map[string]bool{}, everPlaced: map[string]bool{}, unsure: map[string]int{}, history: map[string][]string{}, woken: map[string]bool{},
+	}
+	w.truth = fake.NewClientBuilder().WithScheme(scheme).
+		WithStatusSubresource(&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}).Build()
+	w.alloc = NewAllocator(func() time.Time { return w.now })
+	w.alloc.SetHooks(func(_, name string) { w.woken[name] = true }, nil)
+	w.r = &Reconciler{Client: &simClient{Client: w.truth, w: w}, APIReader: w.truth, Recorder: events.NewFakeRecorder(1 << 16), Allocator: w.alloc}
+	for _, class := range slices.Sorted(mapKeys(w.capacity)) {
+		capacity := w.capacity[class]
+		wc := &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: worldNS},
+			Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: int32(capacity), Placement: schedulingv1alpha1.PlacementPack}}
+		if class == "blue" {
+			wc.Spec.Placement = schedulingv1alpha1.PlacementSpread
+		}
+		w.must(w.truth.Create(w.ctx, wc))
+		for range 2 {
+			w.addPod(class)
+		}
+	}
+	w.syncAll()
+	return w
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) addPod(class string) {
+	n := w.ordinals[class]
+	w.ordinals[class]++
+	w.putPod(fmt.Sprintf("%s-%d", class, n), class, n)
+}
+
+// revive re-creates a killed Pod under its name, with a new UID.
+func (w *world) revive(name string) {
+	w.putPod(name, w.podClass[name], w.podOrdinal[name])
+}
+
+func (w *world) putPod(name, class string, ordinal int) {
+	w.podClass[name], w.podOrdinal[name] = class, ordinal
+	w.nextUID++
+	w.pods[name] = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNS, UID: types.UID(fmt.Sprintf("uid-%d", w.nextUID)), Labels: map[string]string{
+			schedulingv1alpha1.WorkerClassLabel: class, appsv1alpha1.PodIndexLabel: fmt.Sprint(ordinal), appsv1alpha1.PodNameLabel: name,
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// ---- The lagging cache and the informer events it gives the allocator ----
+
+var kinds = []string{"Pipeline", "PipelineBinding", "ConfigMap", "WorkerClass"}
+
+func listOf(kind string) client.ObjectList {
+	switch kind {
+	case "Pipeline":
+		return &schedulingv1alpha1.PipelineList{}
+	case "PipelineBinding":
+		return &schedulingv1alpha1.PipelineBindingList{}
+	case "ConfigMap":
+		return &corev1.ConfigMapList{}
+	}
+	return &schedulingv1alpha1.WorkerClassList{}
+}
+
+func (w *world) syncKind(kind string) {
+	list := listOf(kind)
+	w.must(w.truth.List(w.ctx, list))
+	items := map[string]client.Object{}
+	switch l := list.(type) {
+	case *schedulingv1alpha1.PipelineList:
+		for i := range l.Items {
+			items[l.Items[i].Name] = &l.Items[i]
+		}
+	case *schedulingv1alpha1.PipelineBindingList:
+		for i := range l.Items {
+			items[l.Items[i].Name] = &l.Items[i]
+		}
+	case *corev1.ConfigMapList:
+		for i := range l.Items {
+			items[l.Items[i].Name] = &l.Items[i]
+		}
+	case *schedulingv1alpha1.WorkerClassList:
+		for i := range l.Items {
+			items[l.Items[i].Name] = &l.Items[i]
+		}
+	}
+	if w.seen[kind] == nil {
+		w.seen[kind] = map[string]string{}
+	}
+	// The cache's store is updated first, then the handlers run: as in an informer.
+	w.cache[kind] = items
+	for name, o := range items {
+		if w.seen[kind][name] == o.GetResourceVersion() {
+			continue
+		}
+		w.seen[kind][name] = o.GetResourceVersion()
+		w.feed(o, false)
+	}
+	for name := range w.seen[kind] {
+		if _, ok := items[name]; !ok {
+			delete(w.seen[kind], name)
+			w.feed(deletedStub(kind, name), true)
+		}
+	}
+}
+
+func deletedStub(kind, name string) client.Object {
+	meta := metav1.ObjectMeta{Name: name, Namespace: worldNS}
+	switch kind {
+	case "Pipeline":
+		return &schedulingv1alpha1.Pipeline{ObjectMeta: meta}
+	case "PipelineBinding":
+		return &schedulingv1alpha1.PipelineBinding{ObjectMeta: meta}
+	case "ConfigMap":
+		return &corev1.ConfigMap{ObjectMeta: meta}
+	}
+	return &schedulingv1alpha1.WorkerClass{ObjectMeta: meta}
+}
+
+func (w *world) feed(o client.Object, deleted bool) {
+	switch o := o.(type) {
+	case *schedulingv1alpha1.Pipeline:
+		w.alloc.OnPipeline(o, deleted)
+	case *schedulingv1alpha1.PipelineBinding:
+		w.alloc.OnBinding(o, deleted)
+	case *schedulingv1alpha1.WorkerClass:
+		w.alloc.OnWorkerClass(o, deleted)
+	}
+}
+
+func (w *world) syncPods() {
+	for name, pod := range w.pods {
+		fp := fmt.Sprintf("%s/%v/%s", pod.UID, isReadyPod(pod), pod.Labels[appsv1alpha1.LifecycleLabel])
+		if w.podsSeen[name] != fp {
+			w.podsSeen[name] = fp
+			w.alloc.OnPod(pod.DeepCopy(), false)
+		}
+	}
+	for name := range w.podsSeen {
+		if w.pods[name] == nil {
+			delete(w.podsSeen, name)
+			w.alloc.OnPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNS,
+				Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: w.podClass[name]}}}, true)
+		}
+	}
+}
+
+func (w *world) syncAll() {
+	for _, k := range kinds {
+		w.syncKind(k)
+	}
+	w.syncPods()
+}
+
+// simClient reads from the world's lagging cache and writes to the truth, bumping generations as
+// the API server does and failing some writes: a Conflict that did not apply, or a timeout that
+// may or may not have applied.
+type simClient struct {
+	client.Client
+	w *world
+}
+
+func (c *simClient) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	kind := kindOf(obj)
+	cached, ok := c.w.cache[kind][key.Name]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: kind}, key.Name)
+	}
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(cached.DeepCopyObject()).Elem())
+	return nil
+}
+
+func (c *simClient) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	lo := &client.ListOptions{}
+	lo.ApplyOptions(opts)
+	l, ok := list.(*schedulingv1alpha1.PipelineBindingList)
+	if !ok {
+		return fmt.Errorf("simClient lists bindings only, not %T", list)
+	}
+	for _, name := range slices.Sorted(mapKeys(c.w.cache["PipelineBinding"])) {
+		b := c.w.cache["PipelineBinding"][name].(*schedulingv1alpha1.PipelineBinding)
+		if lo.FieldSelector != nil {
+			if v, found := lo.FieldSelector.RequiresExactMatch(bindingPipelineIndex); found && b.Spec.Pipeline != v {
+				continue
+			}
+		}
+		l.Items = append(l.Items, *b.DeepCopy())
+	}
+	return nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *schedulingv1alpha1.Pipeline:
+		return "Pipeline"
+	case *schedulingv1alpha1.PipelineBinding:
+		return "PipelineBinding"
+	case *corev1.ConfigMap:
+		return "ConfigMap"
+	}
+	return "WorkerClass"
+}
+
+// fail picks what happens to a binding write: nothing, a Conflict, or a timeout that applied or
+// not. The writes of one reconcile go out concurrently, so the choice hangs on the write itself
+// (step, binding, spec), not on the order the goroutines reach the world's random source.
+func (c *simClient) fail(b *schedulingv1alpha1.PipelineBinding) (conflict, timeout, applied bool) {
+	if !c.w.failWrites {
+		return false, false, true
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%s/%s/%d/%s", c.w.seed, c.w.step, b.Name, b.Spec.Pod, b.Spec.DocumentsPerSecond, b.ResourceVersion)
+	x := h.Sum64()
+	switch x % 20 {
+	case 0:
+		return true, false, false
+	case 1:
+		return false, true, (x/20)%2 == 0
+	}
+	return false, false, true
+}
+
+func (c *simClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*schedulingv1alpha1.PipelineBinding); !ok {
+		return c.Client.Create(ctx, obj, opts...)
+	}
+	conflict, timeout, applied := c.fail(obj.(*schedulingv1alpha1.PipelineBinding))
+	if conflict {
+		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
+	}
+	obj.SetGeneration(1)
+	if applied {
+		if err := c.Client.Create(ctx, obj, opts...); err != nil {
+			return err
+		}
+	}
+	if timeout {
+		c.w.unsure[obj.(*schedulingv1alpha1.PipelineBinding).Spec.Pipeline] = c.w.step
+		return apierrors.NewTimeoutError("injected", 1)
+	}
+	return nil
+}
+
+func (c *simClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	b, ok := obj.(*schedulingv1alpha1.PipelineBinding)
+	if !ok {
+		return c.Client.Update(ctx, obj, opts...)
+	}
+	conflict, timeout, applied := c.fail(b)
+	if conflict {
+		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
+	}
+	old := &schedulingv1alpha1.PipelineBinding{}
+	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(b), old); err != nil {
+		return err
+	}
+	b.Generation = old.Generation
+	if !apiequality.Semantic.DeepEqual(old.Spec, b.Spec) {
+		b.Generation++
+	}
+	if applied {
+		if err := c.Client.Update(ctx, b, opts...); err != nil {
+			return err
+		}
+	}
+	if timeout {
+		c.w.unsure[b.Spec.Pipeline] = c.w.step
+		return apierrors.NewTimeoutError("injected", 1)
+	}
+	return nil
+}
+
+// ---- The world's own actors ----
+
+func (w *world) pipelines() []*schedulingv1alpha1.Pipeline {
+	list := &schedulingv1alpha1.PipelineList{}
+	w.must(w.truth.List(w.ctx, list))
+	out := make([]*schedulingv1alpha1.Pipeline, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out
+}
+
+func (w *world) bindings() []*schedulingv1alpha1.PipelineBinding {
+	list := &schedulingv1alpha1.PipelineBindingList{}
+	w.must(w.truth.List(w.ctx, list))
+	out := make([]*schedulingv1alpha1.PipelineBinding, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out
+}
+
+var stageNames = []string{"first", "second", "third"}
+
+func (w *world) createPipeline() {
+	classes := []string{"blue", "green", "yellow"}
+	n := 1 + w.rng.IntN(3)
+	workers := map[string]schedulingv1alpha1.PipelineWorker{}
+	for i := range n {
+		pw := schedulingv1alpha1.PipelineWorker{Class: classes[w.rng.IntN(len(classes))]}
+		if i+1 < n {
+			pw.Next = []string{stageNames[i+1]}
+		}
+		workers[stageNames[i]] = pw
+	}
+	pl := &schedulingv1alpha1.Pipeline{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", w.step), Namespace: worldNS, Generation: 1, UID: types.UID(fmt.Sprintf("pl-%d", w.step))},
+		Spec:       schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: int32(1 + w.rng.IntN(16)), Workers: workers},
+	}
+	w.must(w.truth.Create(w.ctx, pl))
+}
+
+func (w *world) deletePipeline(pl *schedulingv1alpha1.Pipeline) {
+	w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, pl)))
+}
+
+// collectGarbage deletes the bindings and routes whose Pipeline is gone, as the garbage collector.
+func (w *world) collectGarbage() {
+	exists := map[types.UID]bool{}
+	for _, pl := range w.pipelines() {
+		exists[pl.UID] = true
+	}
+	for _, b := range w.bindings() {
+		if ref := metav1.GetControllerOf(b); ref != nil && !exists[ref.UID] {
+			w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, b)))
+		}
+	}
+}
+
+func (w *world) changeLoad(pl *schedulingv1alpha1.Pipeline) {
+	pl.Spec.DocumentsPerSecond = int32(1 + w.rng.IntN(16))
+	pl.Generation++
+	w.must(w.truth.Update(w.ctx, pl))
+	w.disturbed[pl.Name] = true
+}
+
+func (w *world) podNames() []string { return slices.Sorted(mapKeys(w.pods)) }
+
+// kill removes a worker Pod; the WorkerSet re-creates it under the same name a few steps later.
+func (w *world) kill(name string) {
+	for _, b := range w.bindings() {
+		if b.Spec.Pod == name || b.Status.ServingPod == name {
+			w.disturbed[b.Spec.Pipeline] = true
+		}
+	}
+	delete(w.pods, name)
+	delete(w.drainSince, name)
+	w.dead[name] = true
+}
+
+// drains carry out the WorkerSet's side of a drain: a PreparingDelete Pod that no binding holds
+// or is served by goes; a drain stuck for long is cancelled by a scale-up.
+func (w *world) drains() {
+	held := map[string]bool{}
+	for _, b := range w.bindings() {
+		held[b.Spec.Pod], held[b.Status.ServingPod] = true, true
+	}
+	for name, since := range w.drainSince {
+		switch {
+		case !held[name]:
+			delete(w.pods, name)
+			delete(w.drainSince, name)
+		case w.step-since > 40:
+			delete(w.pods[name].Labels, appsv1alpha1.LifecycleLabel)
+			delete(w.drainSince, name)
+		}
+	}
+}
+
+// bindingController plays the binding controller with Service endpoints that follow the
+// selector late: each binding's endpoint catches up with its Pod now and then.
+func (w *world) bindingController() {
+	for _, b := range w.bindings() {
+		pod := w.pods[b.Spec.Pod]
+		if w.rng.IntN(3) > 0 {
+			if pod != nil && isReadyPod(pod) {
+				w.endpoints[b.Name] = pod.UID
+			} else {
+				delete(w.endpoints, b.Name)
+			}
+		}
+		ready := map[string]types.UID{}
+		if uid, ok := w.endpoints[b.Name]; ok {
+			ready[b.Status.ServingPod] = uid
+			if b.Spec.Pod != "" {
+				ready[b.Spec.Pod] = uid
+			}
+		}
+		var p *corev1.Pod
+		if pod != nil {
+			p = pod
+		}
+		st, _ := bindingStatus(b, p, ready, w.now, 0)
+		st.ObservedGeneration = b.Generation
+		if apiequality.Semantic.DeepEqual(b.Status, st) {
+			continue
+		}
+		b.Status = st
+		w.must(client.IgnoreNotFound(w.truth.Status().Update(w.ctx, b)))
+	}
+}
+
+// ---- The invariants ----
+
+func (w *world) checkCapacity() {
+	w.t.Helper()
+	live := map[string]bool{}
+	for _, pl := range w.pipelines() {
+		live[pl.Name] = true
+	}
+	load := map[string]int64{}
+	for _, b := range w.bindings() {
+		if b.Spec.Pod == "" || !live[b.Spec.Pipeline] {
+			continue
+		}
+		pod := w.pods[b.Spec.Pod]
+		if pod == nil || (b.Spec.PodUID != "" && pod.UID != b.Spec.PodUID) {
+			continue // a binding of a Pod that is gone holds nothing real
+		}
+		load[b.Spec.Pod] += int64(b.Spec.DocumentsPerSecond)
+	}
+	for name, l := range load {
+		class := w.pods[name].Labels[schedulingv1alpha1.WorkerClassLabel]
+		if l > w.capacity[class] {
+			detail := ""
+			for _, b := range w.bindings() {
+				if b.Spec.Pod == name {
+					detail += w.dump(b.Spec.Pipeline)
+				}
+			}
+			w.t.Fatalf("step %d: worker %s (uid %s) holds %d documents/s, over its capacity %d%s", w.step, name, w.pods[name].UID, l, w.capacity[class], detail)
+		}
+	}
+}
+
+// dump describes a pipeline's bindings and history for a failure message.
+func (w *world) dump(name string) string {
+	out := "\n  pipeline " + name + " history: " + fmt.Sprint(w.history[name]) + "\n  bindings in the API server:"
+	for _, b := range w.bindings() {
+		if b.Spec.Pipeline == name {
+			out += fmt.Sprintf("\n    %s gen %d pod %s uid %s load %d | status gen %d %s serving %s", b.Name, b.Generation, b.Spec.Pod, b.Spec.PodUID,
+				b.Spec.DocumentsPerSecond, b.Status.ObservedGeneration, b.Status.Phase, b.Status.ServingPod)
+		}
+	}
+	return out
+}
+
+func (w *world) checkPipelines() {
+	w.t.Helper()
+	held := map[string]int{}
+	for _, b := range w.bindings() {
+		if b.Spec.Pod != "" {
+			held[b.Spec.Pipeline]++
+		}
+	}
+	for _, pl := range w.pipelines() {
+		name := pl.Name
+		n := len(pl.Spec.Workers)
+		if held[name] == n {
+			w.everPlaced[name] = true
+		}
+		if pl.Status.Phase == schedulingv1alpha1.PipelinePending && held[name] != 0 && held[name] != n && w.step-w.unsure[name] > 3 && !w.woken[name] {
+			w.t.Fatalf("step %d: pipeline %s holds %d of %d workers and is Pending: placement is not all or nothing%s", w.step, name, held[name], n, w.dump(name))
+		}
+		old, now := w.phase[name], pl.Status.Phase
+		if old == now {
+			continue
+		}
+		specChanged := w.phaseGen[name] != pl.Generation
+		if backwards(old, now) && !specChanged {
+			w.t.Fatalf("step %d: pipeline %s went %s -> %s with no change of spec: a phase moved backwards%s", w.step, name, old, now, w.dump(name))
+		}
+		if old == schedulingv1alpha1.PipelineReady && now != schedulingv1alpha1.PipelineReady && !w.disturbed[name] && !specChanged {
+			w.t.Fatalf("step %d: pipeline %s left Ready (%s) though none of its workers died and its spec is the same: a drain broke it%s", w.step, name, now, w.dump(name))
+		}
+		if now == schedulingv1alpha1.PipelineBroken || now == schedulingv1alpha1.PipelinePending || now == schedulingv1alpha1.PipelineInvalid {
+			w.deadSeen[name] = false // repaired, or released and placed anew
+		}
+		if now == schedulingv1alpha1.PipelineReady {
+			if w.deadSeen[name] {
+				w.t.Fatalf("step %d: pipeline %s became Ready without being Broken after a DeadEnd binding%s", w.step, name, w.dump(name))
+			}
+			w.disturbed[name] = false
+		}
+		w.phase[name], w.phaseGen[name] = now, pl.Generation
+	}
+}
+
+// backwards says a phase change goes against the state machine: Ready back to Plotted or Pending,
+// or Plotted or Broken back to Pending.
+func backwards(old, now schedulingv1alpha1.PipelinePhase) bool {
+	switch old {
+	case schedulingv1alpha1.PipelineReady:
+		return now == schedulingv1alpha1.PipelinePlotted || now == schedulingv1alpha1.PipelinePending
+	case schedulingv1alpha1.PipelinePlotted, schedulingv1alpha1.PipelineBroken:
+		return now == schedulingv1alpha1.PipelinePending
+	}
+	return false
+}
+
+// ---- Driving it ----
+
+func (w *world) reconcile(name string) {
+	// What the controller can see: a DeadEnd binding in the cache must lead to Broken.
+	for _, o := range w.cache["PipelineBinding"] {
+		if b := o.(*schedulingv1alpha1.PipelineBinding); b.Spec.Pipeline == name && isDeadEnd(b) {
+			live := &schedulingv1alpha1.Pipeline{}
+			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) {
+				w.deadSeen[name] = true
+			}
+		}
+	}
+	res, err := w.r.Reconcile(ctrl.LoggerInto(w.ctx, ctrl.Log), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: worldNS, Name: name}})
+	pl := &schedulingv1alpha1.Pipeline{}
+	if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, pl) == nil {
+		w.history[name] = append(w.history[name], fmt.Sprintf("%d:%s(err=%v)", w.step, pl.Status.Phase, err != nil))
+	}
+	if err != nil || res.Requeue || (res.RequeueAfter > 0 && res.RequeueAfter <= unsettledRecheck) { //nolint:staticcheck // the controller's own requeue, as the workqueue does
+		w.woken[name] = true // the workqueue would run it again shortly
+	}
+}
+
+func (w *world) randomStep() {
+	w.step++
+	w.now = w.now.Add(time.Second)
+	pls := w.pipelines()
+	switch x := w.rng.IntN(20); {
+	case x < 5 || len(pls) == 0:
+		w.createPipeline()
+	case x < 7:
+		w.deletePipeline(pls[w.rng.IntN(len(pls))])
+	case x < 9:
+		w.changeLoad(pls[w.rng.IntN(len(pls))])
+	case x < 11:
+		w.addPod([]string{"blue", "green", "yellow"}[w.rng.IntN(3)])
+	case x < 12:
+		names := w.podNames()
+		w.kill(names[w.rng.IntN(len(names))])
+	case x < 14:
+		names := w.podNames()
+		name := names[w.rng.IntN(len(names))]
+		if _, ok := w.drainSince[name]; !ok {
+			w.pods[name].Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+			w.drainSince[name] = w.step
+			w.addPod(w.pods[name].Labels[schedulingv1alpha1.WorkerClassLabel]) // the drained work has somewhere to go
+		}
+	}
+	// Killed Pods come back under the same name, as a WorkerSet re-creates them.
+	for _, name := range slices.Sorted(mapKeys(w.dead)) {
+		if w.rng.IntN(3) == 0 {
+			delete(w.dead, name)
+			if w.pods[name] == nil {
+				w.revive(name)
+			}
+		}
+	}
+	w.collectGarbage()
+	w.drains()
+	w.bindingController()
+	// Informers deliver each kind in order, some kinds late.
+	for _, k := range kinds {
+		if w.rng.IntN(3) > 0 {
+			w.syncKind(k)
+		}
+	}
+	if w.rng.IntN(3) > 0 {
+		w.syncPods()
+	}
+	// Reconcile the woken pipelines and a few others, in random order.
+	var todo []string
+	for name := range w.woken {
+		todo = append(todo, name)
+		delete(w.woken, name)
+	}
+	for _, pl := range pls {
+		if w.rng.IntN(3) == 0 {
+			todo = append(todo, pl.Name)
+		}
+	}
+	slices.Sort(todo)
+	todo = slices.Compact(todo)
+	w.rng.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+	for _, name := range todo {
+		w.reconcile(name)
+	}
+	w.checkCapacity()
+	w.checkPipelines()
+}
+
+// settle makes room for every pipeline, stops failures and deaths, and runs the world until it is
+// quiet; then every pipeline that fits one worker per stage must be Ready.
+func (w *world) settle() {
+	w.failWrites = false
+	for name := range w.drainSince {
+		delete(w.pods[name].Labels, appsv1alpha1.LifecycleLabel)
+		delete(w.drainSince, name)
+	}
+	requested := map[string]int64{}
+	for _, pl := range w.pipelines() {
+		for _, s := range pl.Spec.Workers {
+			requested[s.Class] += int64(pl.Spec.DocumentsPerSecond)
+		}
+	}
+	for class, r := range requested {
+		for range r/w.capacity[class] + 2 {
+			w.addPod(class)
+		}
+	}
+	for name := range w.dead {
+		if w.pods[name] == nil {
+			w.revive(name)
+		}
+	}
+	clear(w.dead)
+	for range 60 {
+		w.step++
+		w.now = w.now.Add(5 * time.Second)
+		w.collectGarbage()
+		w.bindingController()
+		w.syncAll()
+		for _, pl := range w.pipelines() {
+			w.reconcile(pl.Name)
+		}
+		w.checkCapacity()
+		w.checkPipelines()
+	}
+	for _, pl := range w.pipelines() {
+		fits := true
+		for _, st := range pl.Spec.Workers {
+			fits = fits && int64(pl.Spec.DocumentsPerSecond) <= w.capacity[st.Class]
+		}
+		if fits && pl.Status.Phase != schedulingv1alpha1.PipelineReady {
+			w.t.Fatalf("after settling, pipeline %s (load %d, %d stages) is %s, not Ready: %v", pl.Name, pl.Spec.DocumentsPerSecond, len(pl.Spec.Workers), pl.Status.Phase, pl.Status.Conditions)
+		}
+	}
+	// The allocator agrees with the truth once the cache has caught up.
+	truth := map[string]int64{}
+	for _, b := range w.bindings() {
+		if b.Spec.Pod != "" {
+			truth[b.Spec.Pod] += int64(b.Spec.DocumentsPerSecond)
+		}
+	}
+	for class := range w.capacity {
+		for _, wk := range w.alloc.Workers(worldNS, class) {
+			if wk.Allocated != truth[wk.Name] {
+				w.t.Errorf("allocator says %s holds %d, the bindings say %d", wk.Name, wk.Allocated, truth[wk.Name])
+			}
+		}
+	}
+}
+
+func TestSimulatedWorld(t *testing.T) {
+	seeds := 30
+	steps := 150
+	if testing.Short() {
+		seeds, steps = 12, 120
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			w := newWorld(t, uint64(seed))
+			w.failWrites = true
+			for range steps {
+				w.randomStep()
+			}
+			w.settle()
+		})
+	}
+}
