@@ -544,7 +544,7 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 			dead = true
 			notReady = append(notReady, name+" (DeadEnd)")
 		default:
-			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, phaseOr(b.Status.Phase, "Pending")))
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, stageState(b)))
 		}
 	}
 	total := len(s.order)
