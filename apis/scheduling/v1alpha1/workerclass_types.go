@@ -106,7 +106,8 @@ type WorkerClassPort struct {
 	// end or twice in a row). Defaults to port.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a port name of at most 15 lowercase letters, digits and '-', with at least one letter, no '-' at either end and no '--'"
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a port name of at most 15 lowercase letters, digits and '-', with at least one letter, no '-' at either end and no '--'"
 	TargetPort *intstr.IntOrString `json:"targetPort,omitempty"`
 
 	// protocol is TCP (the default), UDP or SCTP.

@@ -297,7 +297,7 @@ func TestWorkerClassSchema(t *testing.T) {
 		{
 			name:     "targetPort name over 15 characters is rejected",
 			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: a-very-long-port-name}]}",
-			wantErr:  "targetPort must be a port number from 1 to 65535 or a port name",
+			wantErr:  "spec.ports[0].targetPort: Too long: may not be more than 15",
 		},
 		{
 			name:     "targetPort name of digits only is rejected",
