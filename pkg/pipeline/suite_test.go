@@ -86,9 +86,15 @@ func eventually(t *testing.T, what string, fn func() error) {
 }
 
 // fakeKubelet plays the kubelet and the EndpointSlice controller for a namespace until the test
-// ends: every Pod becomes Running and Ready, and every Service gets an EndpointSlice listing the
-// Ready Pods its selector matches.
-func fakeKubelet(t *testing.T, ns string) {
+// ends: every Pod becomes Running and Ready, and every Service gets an EndpointSlice, owned by it,
+// listing the Ready Pods its selector matches.
+func fakeKubelet(t *testing.T, ns string) { t.Helper(); fakeKubeletWithLag(t, ns, 0) }
+
+// fakeKubeletWithLag is fakeKubelet whose EndpointSlice controller only serves Services older than
+// lag, as a busy one catches up late. The slice of a Service that was deleted and re-created under
+// the same name is deleted first, as the garbage collector does, so a re-created Service goes
+// without endpoints for that long.
+func fakeKubeletWithLag(t *testing.T, ns string, lag time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -96,13 +102,13 @@ func fakeKubelet(t *testing.T, ns string) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			kubeletStep(ctx, ns)
+			kubeletStep(ctx, ns, lag)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
 }
 
-func kubeletStep(ctx context.Context, ns string) {
+func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
 	pods := &corev1.PodList{}
 	if err := envK8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		return
@@ -122,7 +128,8 @@ func kubeletStep(ctx context.Context, ns string) {
 	}
 	for _, svc := range services.Items {
 		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 		}
 		for i := range pods.Items {
@@ -139,7 +146,9 @@ func kubeletStep(ctx context.Context, ns string) {
 		existing := &discoveryv1.EndpointSlice{}
 		err := envK8s.Get(ctx, client.ObjectKeyFromObject(slice), existing)
 		switch {
-		case apierrors.IsNotFound(err):
+		case err == nil && len(existing.OwnerReferences) > 0 && existing.OwnerReferences[0].UID != svc.UID:
+			_ = envK8s.Delete(ctx, existing) // the garbage collector: its Service is gone
+		case apierrors.IsNotFound(err) && time.Since(svc.CreationTimestamp.Time) >= lag:
 			_ = envK8s.Create(ctx, slice)
 		case err == nil:
 			if !apiequality.Semantic.DeepEqual(existing.Endpoints, slice.Endpoints) {
