@@ -86,7 +86,7 @@ type routesInTheWayError struct{ message string }
 
 func (e *routesInTheWayError) Error() string { return e.message }
 
-func (e *routesInTheWayError) Is(target error) bool { return target == errRoutesInTheWay }
+func (e *routesInTheWayError) Unwrap() error { return errRoutesInTheWay }
 
 func routesName(pipeline string) string { return pipeline + "-routes" }
 
