@@ -94,6 +94,9 @@ func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) 
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.serviceProblems.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pipelineBinding", klog.KObj(b)))
