@@ -42,7 +42,7 @@ type Provider struct {
 	Reader client.Reader
 	// Loads serves the numbers: the operator's Allocator.
 	Loads LoadSource
-	Now    func() time.Time
+	Now   func() time.Time
 }
 
 var _ provider.CustomMetricsProvider = &Provider{}

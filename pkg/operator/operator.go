@@ -9,17 +9,9 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
-	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
@@ -41,29 +33,9 @@ type Options struct {
 	Allocator *pipeline.Allocator
 }
 
-// CacheOptions narrows the manager's cache to what the controllers read, and strips managedFields
-// from every cached object: worker Pods only (those of a WorkerSet), and only the Services,
-// ConfigMaps and EndpointSlices of pipelines (the EndpointSlice controller copies a Service's
-// labels to its slices). Everything else the operator does not cache at all.
-func CacheOptions(base cache.Options) cache.Options {
-	pipelineObjects := cache.ByObject{Label: labels.SelectorFromSet(nil)}
-	if req, err := labels.NewRequirement(schedulingv1alpha1.PipelineLabel, selection.Exists, nil); err == nil {
-		pipelineObjects.Label = labels.NewSelector().Add(*req)
-	}
-	workerPods := cache.ByObject{}
-	if req, err := labels.NewRequirement(appsv1alpha1.WorkerSetLabel, selection.Exists, nil); err == nil {
-		workerPods.Label = labels.NewSelector().Add(*req)
-	}
-	if base.ByObject == nil {
-		base.ByObject = map[client.Object]cache.ByObject{}
-	}
-	base.ByObject[&corev1.Pod{}] = workerPods
-	base.ByObject[&corev1.Service{}] = pipelineObjects
-	base.ByObject[&corev1.ConfigMap{}] = pipelineObjects
-	base.ByObject[&discoveryv1.EndpointSlice{}] = pipelineObjects
-	base.DefaultTransform = cache.TransformStripManagedFields()
-	return base
-}
+// CacheOptions narrows the manager's cache to what the controllers read and strips managedFields
+// (pipeline.CacheOptions); every manager that runs Setup should use it.
+func CacheOptions(base cache.Options) cache.Options { return pipeline.CacheOptions(base) }
 
 // Setup registers every controller with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
@@ -86,13 +58,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&pipeline.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.PipelineConcurrency,
-		Allocator: alloc,
+		Allocator: alloc, APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pipeline controller: %w", err)
 	}
 	if err := (&pipeline.BindingReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
-		MaxConcurrentReconciles: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace,
+		MaxConcurrentReconciles: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,19 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
@@ -40,11 +38,16 @@ type BindingReconciler struct {
 	// DeadEndGrace is how long a bound Pod may be not Ready before the binding is DeadEnd.
 	DeadEndGrace time.Duration
 	Now          func() time.Time
+	// APIReader reads past the cache: the cache holds only pipelines' Services, so a Service in the
+	// way of a binding is found with one read when its create reports AlreadyExists.
+	APIReader client.Reader
+
+	serviceProblems sync.Map // binding key → the Service problem last recorded as an Event
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 
 // SetupWithManager registers the controller and its watches.
@@ -59,7 +62,8 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("pipelinebinding").
 		// The binding's own status patches trigger nothing: only a new spec, a create or a delete.
 		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Service{}).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToBinding)).
+		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToBindings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToBinding)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -94,13 +98,19 @@ func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) 
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.serviceProblems.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pipelineBinding", klog.KObj(b)))
 	if b.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	svcErr := r.syncService(ctx, b)
+	svc, svcErr := r.syncService(ctx, b)
+	if isRace(svcErr) {
+		return ctrl.Result{Requeue: true}, nil
+	}
 
 	var pod *corev1.Pod
 	if b.Spec.Pod != "" {
@@ -116,14 +126,17 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingFields{sliceServiceIndex: b.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
 	}
-	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), r.Now(), r.DeadEndGrace)
+	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), svc, r.Now(), r.DeadEndGrace)
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{Requeue: true}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: recheck}, svcErr
+	if svcErr != nil {
+		return ctrl.Result{}, svcErr // exponential backoff: a failing Service settles its write rate
+	}
+	return ctrl.Result{RequeueAfter: recheck}, nil
 }
 
 // readyEndpointPods maps the Pods with a ready endpoint in the slices to the UID the endpoint names
@@ -145,9 +158,10 @@ func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]types.UID 
 
 // bindingStatus is the pure phase decision of a binding: Unset without a Pod; DeadEnd when the Pod
 // is gone or terminating, or not Ready for longer than grace; Ready when the Service has a ready
-// endpoint for exactly the bound Pod (or, while moving, still for the Pod it served); Pending
-// otherwise. It returns when to look again while a grace period runs.
-func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
+// endpoint for exactly the bound Pod (or, while moving, still for the Pod it served; or, while its
+// Service is re-created, the Pod it served is still Ready); Pending otherwise, with the Service's
+// problem when there is one. It returns when to look again while a grace period runs.
+func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, svc serviceState, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
 	st := schedulingv1alpha1.PipelineBindingStatus{
 		ObservedGeneration: b.Status.ObservedGeneration,
 		ServiceName:        b.Name,
@@ -199,16 +213,30 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s was replaced by a new Pod of the same name", b.Spec.Pod), true)
 	case !isReadyPod(pod):
 		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
+	case !svc.usable && svc.reason != "":
+		// No Service of the binding's own: another's EndpointSlices do not count.
+		st.Phase = schedulingv1alpha1.BindingPending
+		setReady(false, svc.reason, svc.message)
 	case endpointFor(ready, pod):
 		st.Phase = schedulingv1alpha1.BindingReady
 		st.ServingPod = b.Spec.Pod
-		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod))
+		setReady(true, schedulingv1alpha1.ReasonEndpointReady, withProblem(fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod), svc))
 	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod != "" && hasEndpoint(ready, b.Status.ServingPod):
 		// Make-before-break: the Service still serves from the previous Pod until the new
 		// Pod's endpoint is ready.
 		st.Phase = schedulingv1alpha1.BindingReady
 		st.ServingPod = b.Status.ServingPod
 		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("moving to %s; Service %s still serves from %s", b.Spec.Pod, b.Name, b.Status.ServingPod))
+	case svc.reason != "":
+		st.Phase = schedulingv1alpha1.BindingPending
+		setReady(false, svc.reason, svc.message)
+	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod == b.Spec.Pod && now.Sub(svc.created) < serviceRecreatedGrace:
+		// The Service was re-created under the same name (a new serviceType, or it was deleted); its
+		// EndpointSlice has not caught up with the Pod, which is still Ready.
+		st.Phase = schedulingv1alpha1.BindingReady
+		st.ServingPod = b.Spec.Pod
+		recheck = serviceRecreatedGrace - now.Sub(svc.created)
+		setReady(true, schedulingv1alpha1.ReasonServiceRecreated, fmt.Sprintf("Service %s was re-created; its endpoint for %s, which is Ready, is not listed yet", b.Name, b.Spec.Pod))
 	default:
 		st.Phase = schedulingv1alpha1.BindingPending
 		setReady(false, schedulingv1alpha1.ReasonEndpointNotReady, fmt.Sprintf("Service %s has no ready endpoint for %s yet", b.Name, b.Spec.Pod))
@@ -228,57 +256,6 @@ func hasEndpoint(ready map[string]types.UID, name string) bool {
 	_, ok := ready[name]
 	return ok
 }
-
-// syncService keeps the binding's Service: same name, owned by the binding, selecting exactly the
-// bound Pod by its pod-name label, with the class's ports.
-func (r *BindingReconciler) syncService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding) error {
-	ports := []schedulingv1alpha1.WorkerClassPort{{Name: "http", Port: 80, TargetPort: ptrIntOrString(intstr.FromString("http"))}}
-	wc := &schedulingv1alpha1.WorkerClass{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Class}, wc); err == nil && len(wc.Spec.Ports) > 0 {
-		ports = wc.Spec.Ports
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: b.Namespace}}
-	_, err := controllerutil.CreateOrPatch(ctx, r.Client, svc, func() error {
-		if svc.Labels == nil {
-			svc.Labels = map[string]string{}
-		}
-		svc.Labels[schedulingv1alpha1.PipelineLabel] = b.Spec.Pipeline
-		svc.Labels[schedulingv1alpha1.StageLabel] = b.Spec.Stage
-		svc.Spec.Selector = map[string]string{appsv1alpha1.PodNameLabel: b.Spec.Pod}
-		svc.Spec.Ports = servicePorts(ports, svc.Spec.Ports)
-		return controllerutil.SetControllerReference(b, svc, r.Scheme())
-	})
-	if err != nil {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "FailedService", "SyncService", "write Service %s: %s", b.Name, err)
-		return fmt.Errorf("write service %s: %w", b.Name, err)
-	}
-	return nil
-}
-
-// servicePorts converts class ports to Service ports, keeping fields the apiserver defaulted.
-func servicePorts(ports []schedulingv1alpha1.WorkerClassPort, existing []corev1.ServicePort) []corev1.ServicePort {
-	out := make([]corev1.ServicePort, 0, len(ports))
-	for _, p := range ports {
-		target := intstr.FromInt32(p.Port)
-		if p.TargetPort != nil {
-			target = *p.TargetPort
-		}
-		protocol := p.Protocol
-		if protocol == "" {
-			protocol = corev1.ProtocolTCP
-		}
-		sp := corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: target, Protocol: protocol}
-		for _, e := range existing {
-			if e.Name == p.Name {
-				sp.NodePort = e.NodePort
-			}
-		}
-		out = append(out, sp)
-	}
-	return out
-}
-
-func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
 
 func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, success bool) error {
 	if success {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,15 +29,18 @@ type pipelineScope struct {
 	foreign map[string]*schedulingv1alpha1.PipelineBinding
 	// workers are the Pods the bindings hold, as the allocator knows them, by name.
 	workers map[string]Worker
+	// pods are the bound Pods as the cache shows them, by name (the routes read their ports).
+	pods map[string]*corev1.Pod
 
 	plan pipelinePlan
 	// Outcome, filled in by the writer.
-	unplaced    *unplaceable // placement found no room
-	moveBlocked *unplaceable // a move off a draining Pod found no room; the stages stay
-	writeErrs   []stageError // writes that failed, by stage
-	written     bool         // bindings were created or changed this round
-	raced       bool         // a write found the cache behind (Conflict, AlreadyExists): look again
-	repairNext  bool         // a stage lost its worker: Broken is written first, the repair next round
+	unplaced      *unplaceable // placement found no room
+	moveBlocked   *unplaceable // a move off a draining Pod found no room; the stages stay
+	writeErrs     []stageError // writes that failed, by stage
+	written       bool         // bindings were created or changed this round
+	raced         bool         // a write found the cache behind (Conflict, AlreadyExists): look again
+	routesProblem string       // the routes ConfigMap cannot be written: an object is in the way
+	repairNext    bool         // a stage lost its worker: Broken is written first, the repair next round
 }
 
 // stageError is a failed write of one stage's binding.
@@ -274,7 +278,7 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			ready++
 		default:
-			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, phaseOr(b.Status.Phase, "Pending")))
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, stageState(b)))
 		}
 	}
 	total := len(p.order)
@@ -287,6 +291,8 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 		set(schedulingv1alpha1.PipelineSchedulable, false, schedulingv1alpha1.ReasonExceedsWorkerCapacity, p.never.Error())
 	case p.conflict != "":
 		set(schedulingv1alpha1.PipelineSchedulable, false, schedulingv1alpha1.ReasonBindingNameTaken, p.conflict)
+	case s.routesProblem != "":
+		set(schedulingv1alpha1.PipelineSchedulable, false, schedulingv1alpha1.ReasonRoutesInTheWay, s.routesProblem)
 	case len(writeFailed) > 0:
 		set(schedulingv1alpha1.PipelineSchedulable, false, schedulingv1alpha1.ReasonBindingWriteFailed, strings.Join(writeFailed, "; "))
 	case s.unplaced != nil && placed > 0 && !dead && respecOnly(p.place):

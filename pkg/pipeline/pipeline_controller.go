@@ -183,6 +183,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	s.plan = decide(s)
 	writeErr := r.apply(ctx, s)
 	routesErr := r.syncRoutes(ctx, s)
+	var inTheWay *routesInTheWayError
+	if errors.As(routesErr, &inTheWay) {
+		// Not retried in a loop: reported, and looked at again on the Pending recheck.
+		s.routesProblem, routesErr = inTheWay.Error(), nil
+	}
 	status := computePipelineStatus(s)
 	if err := r.writeStatus(ctx, s, status, writeErr == nil && routesErr == nil && len(s.writeErrs) == 0 && !s.raced); err != nil {
 		if apierrors.IsConflict(err) {
@@ -196,7 +201,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if s.raced || len(s.writeErrs) > 0 || s.repairNext {
 		return ctrl.Result{Requeue: true}, nil // with the controller's backoff
 	}
-	if s.unplaced != nil || s.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending {
+	if s.unplaced != nil || s.moveBlocked != nil || s.routesProblem != "" || status.Phase == schedulingv1alpha1.PipelinePending {
 		return ctrl.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	return ctrl.Result{}, nil
@@ -212,6 +217,7 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		bindings: map[string]*schedulingv1alpha1.PipelineBinding{},
 		foreign:  map[string]*schedulingv1alpha1.PipelineBinding{},
 		workers:  map[string]Worker{},
+		pods:     map[string]*corev1.Pod{},
 	}
 	for _, class := range stageClasses(pl) {
 		wc := &schedulingv1alpha1.WorkerClass{}
@@ -258,6 +264,10 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		}
 		if w, ok := r.Allocator.Worker(pl.Namespace, b.Spec.Class, b.Spec.Pod); ok {
 			s.workers[b.Spec.Pod] = w
+		}
+		pod := &corev1.Pod{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: pl.Namespace, Name: b.Spec.Pod}, pod); err == nil {
+			s.pods[pod.Name] = pod
 		}
 	}
 	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -42,7 +43,7 @@ func startSuite(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	ctrl.SetLogger(testenv.Logger())
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, Cache: CacheOptions(cache.Options{})})
 	if err != nil {
 		return err
 	}
@@ -68,10 +69,10 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
 		return err
 	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8, Allocator: alloc, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second}).SetupWithManager(mgr); err != nil {
+	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&WorkerClassReconciler{Client: mgr.GetClient(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
@@ -90,9 +91,15 @@ func eventually(t *testing.T, what string, fn func() error) {
 }
 
 // fakeKubelet plays the kubelet and the EndpointSlice controller for a namespace until the test
-// ends: every Pod becomes Running and Ready, and every Service gets an EndpointSlice listing the
-// Ready Pods its selector matches.
-func fakeKubelet(t *testing.T, ns string) {
+// ends: every Pod becomes Running and Ready, and every Service gets an EndpointSlice, owned by it,
+// listing the Ready Pods its selector matches.
+func fakeKubelet(t *testing.T, ns string) { t.Helper(); fakeKubeletWithLag(t, ns, 0) }
+
+// fakeKubeletWithLag is fakeKubelet whose EndpointSlice controller only serves Services older than
+// lag, as a busy one catches up late. The slice of a Service that was deleted and re-created under
+// the same name is deleted first, as the garbage collector does, so a re-created Service goes
+// without endpoints for that long.
+func fakeKubeletWithLag(t *testing.T, ns string, lag time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -100,13 +107,13 @@ func fakeKubelet(t *testing.T, ns string) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			kubeletStep(ctx, ns)
+			kubeletStep(ctx, ns, lag)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
 }
 
-func kubeletStep(ctx context.Context, ns string) {
+func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
 	pods := &corev1.PodList{}
 	if err := envK8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		return
@@ -125,8 +132,15 @@ func kubeletStep(ctx context.Context, ns string) {
 		return
 	}
 	for _, svc := range services.Items {
+		// The EndpointSlice controller copies the Service's labels to its slices (the operator's
+		// cache keeps only slices with the pipeline label).
+		labels := map[string]string{discoveryv1.LabelServiceName: svc.Name}
+		for k, v := range svc.Labels {
+			labels[k] = v
+		}
 		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 		}
 		for i := range pods.Items {
@@ -143,7 +157,9 @@ func kubeletStep(ctx context.Context, ns string) {
 		existing := &discoveryv1.EndpointSlice{}
 		err := envK8s.Get(ctx, client.ObjectKeyFromObject(slice), existing)
 		switch {
-		case apierrors.IsNotFound(err):
+		case err == nil && len(existing.OwnerReferences) > 0 && existing.OwnerReferences[0].UID != svc.UID:
+			_ = envK8s.Delete(ctx, existing) // the garbage collector: its Service is gone
+		case apierrors.IsNotFound(err) && time.Since(svc.CreationTimestamp.Time) >= lag:
 			_ = envK8s.Create(ctx, slice)
 		case err == nil:
 			if !apiequality.Semantic.DeepEqual(existing.Endpoints, slice.Endpoints) {

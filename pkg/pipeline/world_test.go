@@ -493,7 +493,7 @@ func (w *world) bindingController() {
 		if pod != nil {
 			p = pod
 		}
-		st, _ := bindingStatus(b, p, ready, w.now, 0)
+		st, _ := bindingStatus(b, p, ready, serviceState{usable: true}, w.now, 0)
 		st.ObservedGeneration = b.Generation
 		if apiequality.Semantic.DeepEqual(b.Status, st) {
 			continue

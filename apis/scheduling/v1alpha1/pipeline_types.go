@@ -117,6 +117,9 @@ const (
 	// pipeline does not own (another pipeline whose name and stage join to the same string); the
 	// message names it. Nothing is adopted or overwritten.
 	ReasonBindingNameTaken = "BindingNameTaken"
+	// ReasonRoutesInTheWay: a ConfigMap named <pipeline>-routes exists and this pipeline does not
+	// control it; the message names it and its owner. It is never adopted or overwritten.
+	ReasonRoutesInTheWay = "RoutesInTheWay"
 	// ReasonBindingWriteFailed: the API server refused a binding write (quota, webhook, Forbidden,
 	// invalid); the message names the stage and carries the API's message.
 	ReasonBindingWriteFailed = "BindingWriteFailed"

@@ -115,6 +115,17 @@ const (
 	ReasonPodNotReady = "PodNotReady"
 	// ReasonNoPod: spec.pod is empty.
 	ReasonNoPod = "NoPod"
+	// ReasonServiceFailed: the binding's Service cannot be created or updated, or the class's ports
+	// cannot make one; the message has the API's or the check's message (the Service range is
+	// full, a quota, Forbidden, an invalid port). The operator retries with exponential backoff.
+	ReasonServiceFailed = "ServiceFailed"
+	// ReasonServiceInTheWay: a Service with the binding's name exists and is not controlled by the
+	// binding; the operator neither modifies nor adopts it. Delete or rename it.
+	ReasonServiceInTheWay = "ServiceInTheWay"
+	// ReasonServiceRecreated: the binding was Ready, its Service was just re-created under the same
+	// name (the class's serviceType changed, or someone deleted it) and its EndpointSlice does not
+	// list the still-Ready Pod yet; the binding stays Ready for up to 30 seconds meanwhile.
+	ReasonServiceRecreated = "ServiceRecreated"
 )
 
 // PipelineBinding places one stage of a Pipeline on one worker Pod, and owns the Service that

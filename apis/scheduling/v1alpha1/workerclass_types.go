@@ -18,6 +18,21 @@ const (
 	PlacementSpread PlacementPolicy = "Spread"
 )
 
+// BindingServiceType is the kind of Service each binding of a class gets.
+// +kubebuilder:validation:Enum=Headless;ClusterIP
+type BindingServiceType string
+
+const (
+	// ServiceHeadless gives each binding a headless Service (clusterIP: None): its DNS name
+	// resolves to the bound Pod's IP, and it takes no address from the cluster's Service range and
+	// no kube-proxy rule, so any number of pipelines fit.
+	ServiceHeadless BindingServiceType = "Headless"
+	// ServiceClusterIP gives each binding a ClusterIP Service: its DNS name resolves to a virtual IP
+	// that kube-proxy forwards to the bound Pod. Each binding takes one address from the cluster's
+	// Service range.
+	ServiceClusterIP BindingServiceType = "ClusterIP"
+)
+
 // WorkerClassSpec is the desired state of a WorkerClass.
 type WorkerClassSpec struct {
 	// capacity is how many documents per second one worker of this class handles.
@@ -47,14 +62,24 @@ type WorkerClassSpec struct {
 	Placement PlacementPolicy `json:"placement,omitempty"`
 
 	// ports are the ports of the Service created for every binding of this class. Defaults to one
-	// port named http, 80 to the container port named http.
+	// port named http, 80 to the container port named http. Names are unique, and so is each
+	// port number per protocol, as in a Service.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:default={{name: http, port: 80, targetPort: http}}
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.port == p.port && (has(q.protocol) ? q.protocol : 'TCP') == (has(p.protocol) ? p.protocol : 'TCP')))",message="port numbers must be unique per protocol"
 	Ports []WorkerClassPort `json:"ports,omitempty"`
+
+	// serviceType is the kind of Service every binding of this class gets: Headless (the default;
+	// clusterIP None, a DNS name that resolves to the bound Pod) or ClusterIP (a virtual IP from the
+	// cluster's Service range). Changing it re-creates the Services of the class's bindings under
+	// the same names; see docs/api.md for what a worker sees meanwhile.
+	// +optional
+	// +kubebuilder:default=Headless
+	ServiceType BindingServiceType `json:"serviceType,omitempty"`
 
 	// autoscaling, when set, makes the operator own a HorizontalPodAutoscaler that scales the
 	// class's WorkerSet from the load pipelines request.
@@ -76,9 +101,13 @@ type WorkerClassPort struct {
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
 
-	// targetPort is the worker container's port, by number or name. Defaults to port.
+	// targetPort is the worker container's port, by number (1 to 65535) or by name (an
+	// IANA_SVC_NAME: at most 15 lowercase letters, digits and '-', with a letter, no '-' at either
+	// end or twice in a row). Defaults to port.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a port name of at most 15 lowercase letters, digits and '-', with at least one letter, no '-' at either end and no '--'"
 	TargetPort *intstr.IntOrString `json:"targetPort,omitempty"`
 
 	// protocol is TCP (the default), UDP or SCTP.

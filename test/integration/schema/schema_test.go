@@ -238,7 +238,76 @@ func TestWorkerClassSchema(t *testing.T) {
 				"spec.targetUtilization": 70,
 				"spec.placement":         "Pack",
 				"spec.ports":             []any{map[string]any{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}},
+				"spec.serviceType":       "Headless",
 			},
+		},
+		{
+			name:       "ClusterIP Services",
+			manifest:   wcHeader + "spec: {capacity: 30, serviceType: ClusterIP}",
+			wantFields: map[string]any{"spec.serviceType": "ClusterIP"},
+		},
+		{
+			name:     "unknown serviceType is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, serviceType: NodePort}",
+			wantErr:  `spec.serviceType: Unsupported value: "NodePort"`,
+		},
+		{
+			name:     "one number over TCP and UDP, targetPorts by number and by name",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: dns-tcp, port: 53, targetPort: 5353}, {name: dns-udp, port: 53, protocol: UDP, targetPort: dns}]}",
+			wantFields: map[string]any{"spec.ports": []any{
+				map[string]any{"name": "dns-tcp", "port": 53, "targetPort": 5353, "protocol": "TCP"},
+				map[string]any{"name": "dns-udp", "port": 53, "targetPort": "dns", "protocol": "UDP"},
+			}},
+		},
+		{
+			name:     "duplicate port numbers are rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80}, {name: web, port: 80}]}",
+			wantErr:  "port numbers must be unique per protocol",
+		},
+		{
+			name:     "duplicate port numbers with an explicit TCP are rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, protocol: TCP}, {name: web, port: 80}]}",
+			wantErr:  "port numbers must be unique per protocol",
+		},
+		{
+			name:     "port 0 is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 0}]}",
+			wantErr:  "spec.ports[0].port: Invalid value: 0",
+		},
+		{
+			name:     "port 65536 is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 65536}]}",
+			wantErr:  "spec.ports[0].port: Invalid value: 65536",
+		},
+		{
+			name:     "targetPort 0 is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: 0}]}",
+			wantErr:  "targetPort must be a port number from 1 to 65535",
+		},
+		{
+			name:     "targetPort 65536 is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: 65536}]}",
+			wantErr:  "targetPort must be a port number from 1 to 65535",
+		},
+		{
+			name:     "targetPort name in capitals is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: HTTP}]}",
+			wantErr:  "targetPort must be a port number from 1 to 65535 or a port name",
+		},
+		{
+			name:     "targetPort name over 15 characters is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: a-very-long-port-name}]}",
+			wantErr:  "spec.ports[0].targetPort: Too long: may not be more than 15",
+		},
+		{
+			name:     "targetPort name of digits only is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: \"8080\"}]}",
+			wantErr:  "targetPort must be a port number from 1 to 65535 or a port name",
+		},
+		{
+			name:     "targetPort name with a double dash is rejected",
+			manifest: wcHeader + "spec: {capacity: 30, ports: [{name: http, port: 80, targetPort: a--b}]}",
+			wantErr:  "targetPort must be a port number from 1 to 65535 or a port name",
 		},
 		{
 			name:       "a port without protocol gets TCP",
