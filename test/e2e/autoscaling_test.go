@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,14 +53,10 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		t.Fatalf("the custom metrics APIService is not Available: %v", err)
 	}
 
-	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
-		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: schedulingv1alpha1.WorkerClassSpec{
-			Capacity: capacity, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5, ScaleDownStabilizationSeconds: ptr.To[int32](0)}}}
-	}
-	for _, o := range []client.Object{
-		class("blue", 30), class("green", 15), class("yellow", 200),
-		workerSetOf(ns, "blue", 1), workerSetOf(ns, "green", 1), workerSetOf(ns, "yellow", 1),
-	} {
+	sc := scenario(ns, false)
+	pipelines := sc.Pipelines
+	sc.Pipelines = nil // created once the metric is served
+	for _, o := range sc.Objects() {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
@@ -75,8 +70,8 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		return nil
 	})
 
-	for _, name := range []string{"first", "second", "third"} {
-		if err := c.Create(ctx, pipelineOf(ns, name, 10)); err != nil {
+	for _, p := range pipelines {
+		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,17 +16,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the ServiceAccount with a
@@ -182,26 +181,11 @@ func TestChartScenario(t *testing.T) {
 	}
 
 	// The original scenario, in a namespace of its own, with autoscaling.
-	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
-		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}, Spec: schedulingv1alpha1.WorkerClassSpec{
-			Capacity: capacity, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5, ScaleDownStabilizationSeconds: ptr.To[int32](0)}}}
-	}
-	worker := func(class string) *appsv1alpha1.WorkerSet {
-		ws := workerSetOf(work, class, 1)
-		ws.Spec.Template.Spec.SchedulerName = schedulingv1alpha1.SchedulerName
-		return ws
-	}
 	// A set with a claim, retained when the set is deleted (the default), to see what uninstall leaves.
 	poolClass := work + "-pool"
 	createVolumePool(ctx, t, poolClass, 1)
-	store := workerSetOf(work, "store", 1)
-	store.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(poolClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}}
-	for _, o := range []client.Object{class("blue", 30), class("green", 15), class("yellow", 200), worker("blue"), worker("green"), worker("yellow"), store,
-		pipelineOf(work, "first", 10), pipelineOf(work, "second", 10), pipelineOf(work, "third", 10)} {
+	store := fixtures.MakeWorkerSet(work, "store").Replicas(1).VolumeClaim("data", poolClass, "1Gi").Obj()
+	for _, o := range append(scenario(work, true).Objects(), store) {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}

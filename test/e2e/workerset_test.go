@@ -34,6 +34,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 var setLoggerOnce sync.Once
@@ -136,31 +137,8 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	class := ns + "-pool"
 	createVolumePool(ctx, t, class, 5)
 
-	set := &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas: ptr.To[int32](5),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "w"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "worker", Image: "worker:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					StorageClassName: ptr.To(class),
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				},
-			}},
-			PersistentVolumeClaimRetentionPolicy: &appsv1alpha1.WorkerSetPersistentVolumeClaimRetentionPolicy{
-				WhenDeleted: appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType,
-				WhenScaled:  appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType,
-			},
-		},
-	}
+	set := fixtures.MakeWorkerSet(ns, "w").Replicas(5).PodLabel("app", "w").VolumeClaim("data", class, "1Gi").
+		ClaimRetention(appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType, appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType).Obj()
 	if err := env.Client().Create(ctx, set); err != nil {
 		t.Fatalf("create set: %v", err)
 	}
@@ -257,10 +235,7 @@ func TestRollingUpdateOnKwok(t *testing.T) {
 	ns := newNamespace(ctx, t)
 	startOperator(t, ns)
 	c := env.Client()
-	maxUnavailable := intstr.FromInt32(3)
-	set := workerSetOf(ns, "roll", 10)
-	set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{Type: appsv1alpha1.RollingUpdateWorkerSetStrategyType,
-		RollingUpdate: &appsv1alpha1.RollingUpdateWorkerSetStrategy{MaxUnavailable: &maxUnavailable}}
+	set := fixtures.MakeWorkerSet(ns, "roll").Replicas(10).Class("roll").MaxUnavailable(intstr.FromInt32(3)).Obj()
 	if err := c.Create(ctx, set); err != nil {
 		t.Fatal(err)
 	}
@@ -356,12 +331,7 @@ func TestClaimResizeOnKwok(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), sc) })
 	createVolumePool(ctx, t, class, 2)
-	set := workerSetOf(ns, "store", 2)
-	set.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}}
+	set := fixtures.MakeWorkerSet(ns, "store").Replicas(2).VolumeClaim("data", class, "1Gi").Obj()
 	if err := c.Create(ctx, set); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // suiteLabel keeps each test on its own nodes: they carry it, and its Pods select it.
@@ -57,11 +58,7 @@ func newNamespace(ctx context.Context, t *testing.T, prefix string) string {
 // createWorkerClass creates a WorkerClass whose workers cost capacity documents per second.
 func createWorkerClass(ctx context.Context, t *testing.T, namespace, name string, capacity int32) {
 	t.Helper()
-	wc := &schedulingv1alpha1.WorkerClass{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: capacity},
-	}
-	if err := k8s.Create(ctx, wc); err != nil {
+	if err := k8s.Create(ctx, fixtures.MakeWorkerClass(namespace, name).Capacity(capacity).Obj()); err != nil {
 		t.Fatalf("create WorkerClass %s: %v", name, err)
 	}
 }
