@@ -52,14 +52,9 @@ func (d *demo) startConveyor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := operator.Setup(ctx, mgr, operator.Options{}); err != nil {
-		return err
-	}
-	server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig()}, mgr.GetCache())
-	if err != nil {
-		return err
-	}
-	if err := mgr.Add(server); err != nil {
+	if err := operator.Setup(ctx, mgr, operator.Options{CustomMetrics: &custommetrics.ServerOptions{
+		BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig(),
+	}}); err != nil {
 		return err
 	}
 	go func() {

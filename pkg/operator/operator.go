@@ -1,7 +1,8 @@
 // Package operator wires every Conveyor controller into a controller-runtime manager: the
 // WorkerSet controller, the Pipeline, PipelineBinding, WorkerClass and hold controllers with their
-// cache indexes, and the metrics computed from the cache. cmd/operator, the end-to-end tests and
-// the benchmarks all start the operator through Setup, so they run the same thing.
+// cache indexes, the metrics computed from the cache and, when asked, the custom.metrics.k8s.io
+// server. cmd/operator, the demo, the end-to-end tests and the benchmarks all start the operator
+// through Setup, so they run the same thing.
 package operator
 
 import (
@@ -12,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
@@ -27,6 +29,9 @@ type Options struct {
 	// SkipMetrics leaves the Prometheus collector unregistered (for a second manager in one
 	// process, whose registration would collide).
 	SkipMetrics bool
+	// CustomMetrics, when set, serves custom.metrics.k8s.io from the manager's cache, on every
+	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_request.
+	CustomMetrics *custommetrics.ServerOptions
 }
 
 // Setup registers every controller with the manager.
@@ -57,6 +62,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up worker hold controller: %w", err)
+	}
+	if opts.CustomMetrics != nil {
+		server, err := custommetrics.NewServer(*opts.CustomMetrics, mgr.GetCache())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(server); err != nil {
+			return fmt.Errorf("add the custom metrics server: %w", err)
+		}
 	}
 	if opts.SkipMetrics {
 		return nil

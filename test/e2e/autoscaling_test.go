@@ -10,12 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
+	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
@@ -42,13 +42,9 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.DeleteAPIService(context.Background(), local.Name) })
-	startOperator(t, ns, func(mgr ctrl.Manager) error {
-		server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: env.Kubeconfig()}, mgr.GetCache())
-		if err != nil {
-			return err
-		}
-		return mgr.Add(server)
-	})
+	startOperatorWith(t, ns, operator.Options{CustomMetrics: &custommetrics.ServerOptions{
+		BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: env.Kubeconfig(),
+	}})
 	if err := env.WaitAPIServiceAvailable(ctx, local.Name, 2*time.Minute); err != nil {
 		t.Fatalf("the custom metrics APIService is not Available: %v", err)
 	}

@@ -41,7 +41,14 @@ var setLoggerOnce sync.Once
 
 // startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
-func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager) error) {
+func startOperator(t *testing.T, namespace string) {
+	t.Helper()
+	startOperatorWith(t, namespace, operator.Options{})
+}
+
+// startOperatorWith is startOperator with operator.Setup's options (the custom metrics server, for
+// one). The Prometheus collector is never registered: a test process starts many managers.
+func startOperatorWith(t *testing.T, namespace string, opts operator.Options) {
 	t.Helper()
 	setLoggerOnce.Do(func() {
 		ctrl.SetLogger(logr.Discard())
@@ -57,13 +64,9 @@ func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager) e
 	if err != nil {
 		t.Fatalf("operator manager: %v", err)
 	}
-	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true}); err != nil {
+	opts.SkipMetrics = true
+	if err := operator.Setup(context.Background(), mgr, opts); err != nil {
 		t.Fatalf("operator controllers: %v", err)
-	}
-	for _, add := range extra {
-		if err := add(mgr); err != nil {
-			t.Fatalf("operator extras: %v", err)
-		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
