@@ -17,6 +17,7 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 var customMetricsOnce sync.Mutex
@@ -31,7 +32,7 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 	defer customMetricsOnce.Unlock()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	c, err := client.NewWithWatch(env.RESTConfig(), client.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		}
 	}
 	// Raw read through the aggregator, as the HPA controller does.
-	eventually(ctx, t, "the aggregated API serves workerclass_request", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the aggregated API serves workerclass_request", func(ctx context.Context) error {
 		out, err := env.Kubectl(ctx, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/"+ns+"/workerclasses.scheduling.conveyor.dev/green/workerclass_request")
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, out)
@@ -73,7 +74,7 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 	}
 	// green requests 30 documents/s at 10.5 per worker: the HPA scales it to 3 and every pipeline
 	// gets Ready.
-	eventually(ctx, t, "the HPA scales green to 3 and all three pipelines are Ready", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the HPA scales green to 3 and all three pipelines are Ready", func(ctx context.Context) error {
 		ws := &appsv1alpha1.WorkerSet{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "green"}, ws); err != nil {
 			return err
@@ -117,7 +118,7 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(ctx, t, "the HPA scales green down to 1 worker and the drain completes", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the HPA scales green down to 1 worker and the drain completes", func(ctx context.Context) error {
 		pods := &corev1.PodList{}
 		if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: "green"}); err != nil {
 			return err

@@ -26,6 +26,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the ServiceAccount with a
@@ -108,8 +109,8 @@ func TestChartScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	h := newHelm(t)
-	system := newNamespace(ctx, t)
-	work := newNamespace(ctx, t)
+	system := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
+	work := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	const release = "conveyor"
 	c := env.Client()
 
@@ -190,7 +191,7 @@ func TestChartScenario(t *testing.T) {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
 	}
-	eventually(ctx, t, "the HPA scales green to 3 and every pipeline is Ready", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the HPA scales green to 3 and every pipeline is Ready", func(ctx context.Context) error {
 		ws := &appsv1alpha1.WorkerSet{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: work, Name: "green"}, ws); err != nil {
 			return err
@@ -205,7 +206,7 @@ func TestChartScenario(t *testing.T) {
 		return nil
 	})
 	// conveyor-scheduler placed the worker Pods: its Scheduled Events name it.
-	eventually(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
 		events := &corev1.EventList{}
 		if err := c.List(ctx, events, client.InNamespace(work)); err != nil {
 			return err
@@ -243,7 +244,7 @@ func TestChartScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(ctx, t, "green scaled down to 1 worker", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "green scaled down to 1 worker", func(ctx context.Context) error {
 		pods := &corev1.PodList{}
 		if err := c.List(ctx, pods, client.InNamespace(work), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: "green"}); err != nil {
 			return err
@@ -275,7 +276,7 @@ func TestChartScenario(t *testing.T) {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 	installed = false
-	eventually(ctx, t, "only the retained claim is left", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "only the retained claim is left", func(ctx context.Context) error {
 		var left []string
 		for _, l := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &schedulingv1alpha1.PipelineBindingList{}} {
 			if err := c.List(ctx, l, client.InNamespace(work)); err != nil {

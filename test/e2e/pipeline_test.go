@@ -14,6 +14,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // scenario is the original scenario of examples/ in ns, with autoscalers that scale down at once
@@ -35,7 +36,7 @@ func scenario(ns string, conveyorScheduler bool) fixtures.ScenarioObjects {
 func pipelinePhase(ctx context.Context, t *testing.T, ns, name string, want schedulingv1alpha1.PipelinePhase) *schedulingv1alpha1.Pipeline {
 	t.Helper()
 	p := &schedulingv1alpha1.Pipeline{}
-	eventually(ctx, t, fmt.Sprintf("pipeline %s %s", name, want), func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, fmt.Sprintf("pipeline %s %s", name, want), func(ctx context.Context) error {
 		if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 			return err
 		}
@@ -70,7 +71,7 @@ func endpointPods(ctx context.Context, ns, svc string) (map[string]types.UID, er
 // hand, then a worker Pod deleted.
 func TestOriginalScenarioOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
 	// The scenario by hand: no autoscaling, the default scheduler, two blue and two green workers.
@@ -91,7 +92,7 @@ func TestOriginalScenarioOnKwok(t *testing.T) {
 	}
 	// Two green workers of 15 hold two pipelines of 10; the third waits.
 	ready, pending := 0, ""
-	eventually(ctx, t, "two pipelines Ready, one Pending", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "two pipelines Ready, one Pending", func(ctx context.Context) error {
 		list := &schedulingv1alpha1.PipelineList{}
 		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
@@ -151,7 +152,7 @@ func TestOriginalScenarioOnKwok(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"first", "second", "third"} {
-		eventually(ctx, t, name+" Ready on the new yellow-0", func(ctx context.Context) error {
+		testenv.EventuallyContext(ctx, t, name+" Ready on the new yellow-0", func(ctx context.Context) error {
 			p := &schedulingv1alpha1.Pipeline{}
 			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	schedulerapp "github.com/conveyor-dev/conveyor/cmd/scheduler/app"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // e2eSchedulerConfig is cmd/scheduler/config.yaml for a test: the cluster's kubeconfig, no leader
@@ -76,7 +77,7 @@ func startConveyorScheduler(t *testing.T) {
 // that asks for no scheduler is still bound by the cluster's default scheduler.
 func TestConveyorSchedulerPlacesWorkerSet(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	startConveyorScheduler(t)
 
@@ -88,7 +89,7 @@ func TestConveyorSchedulerPlacesWorkerSet(t *testing.T) {
 	})
 
 	workers := []string{"blue-0", "blue-1", "blue-2", "blue-3"}
-	eventually(ctx, t, "every Pod bound, each by the scheduler it asked for", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "every Pod bound, each by the scheduler it asked for", func(ctx context.Context) error {
 		pods := &corev1.PodList{}
 		if err := env.Client().List(ctx, pods, client.InNamespace(ns)); err != nil {
 			return err

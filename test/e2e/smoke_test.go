@@ -18,13 +18,14 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // TestSmokeNodesReady: the cluster has its simulated nodes, Ready and untainted.
 func TestSmokeNodesReady(t *testing.T) {
 	ctx := testContext(t)
-	eventually(ctx, t, "simulated nodes Ready", func(ctx context.Context) error {
-		nodes := &corev1.NodeList{}
+	nodes := &corev1.NodeList{}
+	testenv.EventuallyContext(ctx, t, "simulated nodes Ready", func(ctx context.Context) error {
 		if err := env.Client().List(ctx, nodes, client.MatchingLabels{cluster.NodeTypeLabel: cluster.NodeTypeKwok}); err != nil {
 			return err
 		}
@@ -32,22 +33,24 @@ func TestSmokeNodesReady(t *testing.T) {
 			return fmt.Errorf("%d nodes labelled %s=%s, want %d", len(nodes.Items), cluster.NodeTypeLabel, cluster.NodeTypeKwok, Nodes)
 		}
 		for i := range nodes.Items {
-			node := &nodes.Items[i]
-			if !cluster.NodeReady(node) {
+			if node := &nodes.Items[i]; !cluster.NodeReady(node) {
 				return fmt.Errorf("node %s is not Ready", node.Name)
-			}
-			if node.Annotations[cluster.KwokNodeAnnotation] != "fake" {
-				return cluster.Permanent(fmt.Errorf("node %s lacks the annotation %s=fake", node.Name, cluster.KwokNodeAnnotation))
-			}
-			if len(node.Spec.Taints) != 0 {
-				return cluster.Permanent(fmt.Errorf("node %s has taints %v", node.Name, node.Spec.Taints))
-			}
-			if node.Status.Allocatable.Pods().IsZero() || node.Status.Allocatable.Cpu().IsZero() {
-				return cluster.Permanent(fmt.Errorf("node %s has no allocatable pods or cpu: %v", node.Name, node.Status.Allocatable))
 			}
 		}
 		return nil
 	})
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		if node.Annotations[cluster.KwokNodeAnnotation] != "fake" {
+			t.Errorf("node %s lacks the annotation %s=fake", node.Name, cluster.KwokNodeAnnotation)
+		}
+		if len(node.Spec.Taints) != 0 {
+			t.Errorf("node %s has taints %v", node.Name, node.Spec.Taints)
+		}
+		if node.Status.Allocatable.Pods().IsZero() || node.Status.Allocatable.Cpu().IsZero() {
+			t.Errorf("node %s has no allocatable pods or cpu: %v", node.Name, node.Status.Allocatable)
+		}
+	}
 }
 
 // The four CRDs of the project, with the short names of design §1.
@@ -90,7 +93,7 @@ func TestSmokeCRDsEstablished(t *testing.T) {
 // nothing else (Pods, Services) is expected.
 func TestSmokeObjects(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 
 	class := fixtures.MakeWorkerClass(ns, "blue").Capacity(10).Obj()
 	set := fixtures.MakeWorkerSet(ns, "blue").Class("blue").SchedulerName(schedulingv1alpha1.SchedulerName).Obj()
@@ -170,7 +173,7 @@ func TestSmokeObjects(t *testing.T) {
 		"workerclass.scheduling.conveyor.dev/blue",
 		"workerset.apps.conveyor.dev/blue",
 	}
-	eventually(ctx, t, "kubectl get conveyor", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "kubectl get conveyor", func(ctx context.Context) error {
 		out, err := env.Kubectl(ctx, "get", "conveyor", "--namespace", ns, "--output", "name")
 		if err != nil {
 			return err
@@ -187,7 +190,7 @@ func TestSmokeObjects(t *testing.T) {
 // TestSmokeValidation: the apiserver enforces the CRDs' schemas and CEL rules.
 func TestSmokeValidation(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 
 	for _, tc := range []struct {
 		name string

@@ -35,6 +35,7 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 var setLoggerOnce sync.Once
@@ -135,7 +136,7 @@ func claimNames(ctx context.Context, t *testing.T, ns string) []string {
 // binder, EndpointSlice controller and garbage collector.
 func TestWorkerSetOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	class := ns + "-pool"
 	createVolumePool(ctx, t, class, 5)
@@ -146,7 +147,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 		t.Fatalf("create set: %v", err)
 	}
 
-	eventually(ctx, t, "5 Pods Ready and the set Available", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "5 Pods Ready and the set Available", func(ctx context.Context) error {
 		got := &appsv1alpha1.WorkerSet{}
 		if err := env.Client().Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
 			return err
@@ -168,7 +169,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if err := env.Client().Create(ctx, svc); err != nil {
 		t.Fatalf("create service: %v", err)
 	}
-	eventually(ctx, t, "the Service has exactly w-3 as its endpoint", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the Service has exactly w-3 as its endpoint", func(ctx context.Context) error {
 		eps := &discoveryv1.EndpointSliceList{}
 		if err := env.Client().List(ctx, eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "w-3"}); err != nil {
 			return err
@@ -206,7 +207,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if _, err := scales.Scales(ns).Update(ctx, gr, sc, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update scale: %v", err)
 	}
-	eventually(ctx, t, "ordinals 4, 3, 2 and their claims are gone", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "ordinals 4, 3, 2 and their claims are gone", func(ctx context.Context) error {
 		if got := podNames(ctx, t, ns); !slices.Equal(got, []string{"w-0", "w-1"}) {
 			return fmt.Errorf("pods %v", got)
 		}
@@ -220,7 +221,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if err := env.Client().Delete(ctx, set, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatalf("delete set: %v", err)
 	}
-	eventually(ctx, t, "the Pods are gone", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the Pods are gone", func(ctx context.Context) error {
 		if got := podNames(ctx, t, ns); len(got) > 0 {
 			return fmt.Errorf("pods %v", got)
 		}
@@ -235,7 +236,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 // Pods throughout: never more than 3 wanted Pods unavailable, and all 10 on the new revision at the end.
 func TestRollingUpdateOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
 	set := fixtures.MakeWorkerSet(ns, "roll").Replicas(10).Class("roll").MaxUnavailable(intstr.FromInt32(3)).Obj()
@@ -244,7 +245,7 @@ func TestRollingUpdateOnKwok(t *testing.T) {
 	}
 	waitSetReady := func(what string) *appsv1alpha1.WorkerSet {
 		got := &appsv1alpha1.WorkerSet{}
-		eventually(ctx, t, what, func(ctx context.Context) error {
+		testenv.EventuallyContext(ctx, t, what, func(ctx context.Context) error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
 				return err
 			}
@@ -324,7 +325,7 @@ func podReady(p *corev1.Pod) bool {
 // status are what is checked.
 func TestClaimResizeOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
 	class := ns + "-expandable"
@@ -338,7 +339,7 @@ func TestClaimResizeOnKwok(t *testing.T) {
 	if err := c.Create(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "claims bound and Pods Ready", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "claims bound and Pods Ready", func(ctx context.Context) error {
 		claims := &corev1.PersistentVolumeClaimList{}
 		if err := c.List(ctx, claims, client.InNamespace(ns)); err != nil {
 			return err
@@ -367,7 +368,7 @@ func TestClaimResizeOnKwok(t *testing.T) {
 	if err := c.Patch(ctx, got, patch); err != nil {
 		t.Fatalf("raise storage: %v", err)
 	}
-	eventually(ctx, t, "both claims request 3Gi and the set reports them updated", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "both claims request 3Gi and the set reports them updated", func(ctx context.Context) error {
 		for _, name := range []string{"data-store-0", "data-store-1"} {
 			cl := &corev1.PersistentVolumeClaim{}
 			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cl); err != nil {
