@@ -9,14 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -191,20 +189,7 @@ func TestChartScenario(t *testing.T) {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
 	}
-	testenv.EventuallyContext(ctx, t, "the HPA scales green to 3 and every pipeline is Ready", func(ctx context.Context) error {
-		ws := &appsv1alpha1.WorkerSet{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: work, Name: "green"}, ws); err != nil {
-			return err
-		}
-		phases, err := pipelinePhases(ctx, work)
-		if err != nil {
-			return err
-		}
-		if *ws.Spec.Replicas != 3 || phases["first"] != "Ready" || phases["second"] != "Ready" || phases["third"] != "Ready" {
-			return fmt.Errorf("green replicas %d, pipelines %v", *ws.Spec.Replicas, phases)
-		}
-		return nil
-	})
+	waitScaledUp(ctx, t, work)
 	// conveyor-scheduler placed the worker Pods: its Scheduled Events name it.
 	testenv.EventuallyContext(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
 		events := &corev1.EventList{}
@@ -223,43 +208,7 @@ func TestChartScenario(t *testing.T) {
 		return nil
 	})
 
-	// Scale-down: third must never leave Ready.
-	var left []string
-	var lmu sync.Mutex
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go func() {
-		for watchCtx.Err() == nil {
-			phases, err := pipelinePhases(watchCtx, work)
-			if err == nil && phases["third"] != "" && phases["third"] != "Ready" {
-				lmu.Lock()
-				left = append(left, string(phases["third"]))
-				lmu.Unlock()
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	for _, name := range []string{"first", "second"} {
-		if err := c.Delete(ctx, &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.EventuallyContext(ctx, t, "green scaled down to 1 worker", func(ctx context.Context) error {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(work), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: "green"}); err != nil {
-			return err
-		}
-		if len(pods.Items) != 1 {
-			return fmt.Errorf("%d green Pods", len(pods.Items))
-		}
-		return nil
-	})
-	stopWatch()
-	lmu.Lock()
-	if len(left) > 0 {
-		t.Errorf("third left Ready during the scale-down: %v", left)
-	}
-	lmu.Unlock()
+	loadDrops(ctx, t, work)
 
 	if out, err := h.run(ctx, "upgrade", release, chartDir(), "--namespace", system, "--reuse-values", "--set", "operator.logLevel=2", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)

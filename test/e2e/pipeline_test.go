@@ -17,22 +17,6 @@ import (
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
-// scenario is the original scenario of examples/ in ns, with autoscalers that scale down at once
-// rather than after 15 seconds. Unless the test runs conveyor-scheduler, the workers ask for no
-// scheduler of their own, so the cluster's default scheduler places them.
-func scenario(ns string, conveyorScheduler bool) fixtures.ScenarioObjects {
-	s := fixtures.Scenario(ns)
-	for _, wc := range s.WorkerClasses {
-		wc.Spec.Autoscaling.ScaleDownStabilizationSeconds = ptr.To[int32](0)
-	}
-	if !conveyorScheduler {
-		for _, ws := range s.WorkerSets {
-			ws.Spec.Template.Spec.SchedulerName = ""
-		}
-	}
-	return s
-}
-
 func pipelinePhase(ctx context.Context, t *testing.T, ns, name string, want schedulingv1alpha1.PipelinePhase) *schedulingv1alpha1.Pipeline {
 	t.Helper()
 	p := &schedulingv1alpha1.Pipeline{}

@@ -40,6 +40,15 @@ import (
 
 var setLoggerOnce sync.Once
 
+// quietLogs silences controller-runtime's and klog's loggers, once, before the test process makes
+// its first controller-runtime client or manager (unset, controller-runtime complains).
+func quietLogs() {
+	setLoggerOnce.Do(func() {
+		ctrl.SetLogger(logr.Discard())
+		klog.SetLogger(logr.Discard()) // the custom metrics server logs through klog
+	})
+}
+
 // startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
 func startOperator(t *testing.T, namespace string) {
@@ -51,10 +60,7 @@ func startOperator(t *testing.T, namespace string) {
 // one). The Prometheus collector is never registered: a test process starts many managers.
 func startOperatorWith(t *testing.T, namespace string, opts operator.Options) {
 	t.Helper()
-	setLoggerOnce.Do(func() {
-		ctrl.SetLogger(logr.Discard())
-		klog.SetLogger(logr.Discard()) // the custom metrics server logs through klog
-	})
+	quietLogs()
 	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
