@@ -128,29 +128,23 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	alloc := pipeline.NewAllocator(nil)
-	if err := operator.Setup(context.Background(), mgr, operator.Options{
-		Allocator:            alloc,
-		WorkerSetConcurrency: opts.workerSetConcurrency,
-		PipelineConcurrency:  opts.pipelineConcurrency,
-		DeadEndGrace:         opts.deadEndGrace,
-	}); err != nil {
-		return err
-	}
+	var customMetrics *custommetrics.ServerOptions
 	if opts.customMetricsPort != 0 {
 		kubeconfig := ""
 		if f := flag.Lookup("kubeconfig"); f != nil {
 			kubeconfig = f.Value.String()
 		}
-		server, err := custommetrics.NewServer(custommetrics.ServerOptions{
+		customMetrics = &custommetrics.ServerOptions{
 			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
-		}, mgr.GetCache(), alloc)
-		if err != nil {
-			return err
 		}
-		if err := mgr.Add(server); err != nil {
-			return err
-		}
+	}
+	if err := operator.Setup(context.Background(), mgr, operator.Options{
+		WorkerSetConcurrency: opts.workerSetConcurrency,
+		PipelineConcurrency:  opts.pipelineConcurrency,
+		DeadEndGrace:         opts.deadEndGrace,
+		CustomMetrics:        customMetrics,
+	}); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,8 +25,8 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 const (
@@ -53,15 +52,9 @@ func (d *demo) startConveyor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	alloc := pipeline.NewAllocator(nil)
-	if err := operator.Setup(ctx, mgr, operator.Options{Allocator: alloc}); err != nil {
-		return err
-	}
-	server, err := custommetrics.NewServer(custommetrics.ServerOptions{BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig()}, mgr.GetCache(), alloc)
-	if err != nil {
-		return err
-	}
-	if err := mgr.Add(server); err != nil {
+	if err := operator.Setup(ctx, mgr, operator.Options{CustomMetrics: &custommetrics.ServerOptions{
+		BindAddress: "127.0.0.1", Port: local.Port, CertDir: local.CertDir, Kubeconfig: d.cluster.Kubeconfig(),
+	}}); err != nil {
 		return err
 	}
 	go func() {
@@ -136,31 +129,17 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 
-	objs, err := cluster.ReadManifests(filepath.Join(d.root, examplesDir))
-	if err != nil {
-		return err
-	}
-	var pipelines []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "Pipeline" {
-			pipelines = append(pipelines, o)
-		}
-	}
-	if len(pipelines) != 3 {
-		return fmt.Errorf("want the three pipelines of the scenario in %s/, found %d", examplesDir, len(pipelines))
-	}
 	d.step("Pipelines first, second and third, one at a time")
 	d.info("each green worker handles 15 documents/s, so every pipeline needs a green worker of its own: a pipeline")
 	d.info("that does not fit stays Pending until the HorizontalPodAutoscaler of green adds a worker (it reads the")
 	d.info("requested load, 10 documents/s per pipeline, through custom.metrics.k8s.io)")
-	for _, p := range pipelines {
-		name := p.GetName()
-		d.step("Pipeline %s: %d documents/s through blue -> green -> yellow", name, 10)
-		p.SetNamespace(namespace)
+	// The pipelines of examples/pipelines.yaml: test/fixtures checks that Scenario builds them exactly.
+	for _, p := range fixtures.Scenario(namespace).Pipelines {
+		d.step("Pipeline %s: %d documents/s through blue -> green -> yellow", p.Name, p.Spec.DocumentsPerSecond)
 		if err := c.Create(ctx, p); err != nil {
-			return fmt.Errorf("create pipeline %s: %w", name, err)
+			return fmt.Errorf("create pipeline %s: %w", p.Name, err)
 		}
-		if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{name: schedulingv1alpha1.PipelineReady}); err != nil {
+		if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{p.Name: schedulingv1alpha1.PipelineReady}); err != nil {
 			return err
 		}
 		if err := d.tables(ctx); err != nil {

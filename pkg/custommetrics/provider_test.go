@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -12,18 +11,16 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 func TestProvider(t *testing.T) {
 	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
-		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"tier": "a"}},
-			Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: capacity}}
+		return fixtures.MakeWorkerClass("ns", name).Capacity(capacity).Label("tier", "a").Obj()
 	}
 	pl := func(name string, load int32) *schedulingv1alpha1.Pipeline {
-		return &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: schedulingv1alpha1.PipelineSpec{
-			DocumentsPerSecond: load, Workers: map[string]schedulingv1alpha1.PipelineWorker{"a": {Class: "blue", Next: []string{"b"}}, "b": {Class: "green"}},
-		}}
+		return fixtures.MakePipeline("ns", name).Load(load).Chain("blue", "green").Obj()
 	}
 	c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(
 		class("blue", 30), class("green", 15), pl("first", 10), pl("second", 10), pl("huge", 20),

@@ -1,7 +1,8 @@
 // Package operator wires every Conveyor controller into a controller-runtime manager: the
 // WorkerSet controller, the Pipeline, PipelineBinding, WorkerClass and hold controllers with their
-// cache indexes, and the metrics computed from the cache. cmd/operator, the end-to-end tests and
-// the benchmarks all start the operator through Setup, so they run the same thing.
+// cache indexes, the metrics computed from the cache and, when asked, the custom.metrics.k8s.io
+// server. cmd/operator, the demo, the end-to-end tests and the benchmarks all start the operator
+// through Setup, so they run the same thing.
 package operator
 
 import (
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
@@ -28,9 +30,9 @@ type Options struct {
 	// SkipMetrics leaves the Prometheus collector unregistered (for a second manager in one
 	// process, whose registration would collide).
 	SkipMetrics bool
-	// Allocator is the pipelines' capacity allocator; Setup makes one when nil. Pass one to share
-	// it with the custom metrics server.
-	Allocator *pipeline.Allocator
+	// CustomMetrics, when set, serves custom.metrics.k8s.io from the pipelines' allocator, on every
+	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_request.
+	CustomMetrics *custommetrics.ServerOptions
 }
 
 // CacheOptions narrows the manager's cache to what the controllers read and strips managedFields
@@ -49,10 +51,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := pipeline.SetupIndexes(ctx, mgr); err != nil {
 		return err
 	}
-	alloc := opts.Allocator
-	if alloc == nil {
-		alloc = pipeline.NewAllocator(nil)
-	}
+	alloc := pipeline.NewAllocator(nil)
 	if err := pipeline.RegisterAllocator(ctx, mgr, alloc); err != nil {
 		return err
 	}
@@ -73,6 +72,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up worker hold controller: %w", err)
+	}
+	if opts.CustomMetrics != nil {
+		server, err := custommetrics.NewServer(*opts.CustomMetrics, mgr.GetCache(), alloc)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(server); err != nil {
+			return fmt.Errorf("add the custom metrics server: %w", err)
+		}
 	}
 	if opts.SkipMetrics {
 		return nil

@@ -1,7 +1,7 @@
 package schedplugin
 
 import (
-	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 func TestClassInformer(t *testing.T) {
@@ -55,7 +56,12 @@ func TestClassInformer(t *testing.T) {
 	if _, err := classes.Update(ctx, workerClass(testNamespace, "green", 25), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "green at 25", func(context.Context) bool { return c.costs()[key("green")] == 25 })
+	testenv.Eventually(t, "green at 25", func() error {
+		if got := c.costs()[key("green")]; got != 25 {
+			return fmt.Errorf("green costs %d", got)
+		}
+		return nil
+	}, fastPoll)
 	if diff := cmp.Diff([]classChange{{key: key("green"), oldCost: 20, newCost: 25, existed: true, nowExists: true}}, seen(), cmp.AllowUnexported(classChange{}, classKey{})); diff != "" {
 		t.Errorf("changes (-want +got), a new label is none:\n%s", diff)
 	}
@@ -66,7 +72,12 @@ func TestClassInformer(t *testing.T) {
 	if err := classes.Delete(ctx, "blue", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "blue gone", func(context.Context) bool { _, ok := c.costs()[key("blue")]; return !ok })
+	testenv.Eventually(t, "blue gone", func() error {
+		if got, ok := c.costs()[key("blue")]; ok {
+			return fmt.Errorf("blue still costs %d", got)
+		}
+		return nil
+	}, fastPoll)
 	if diff := cmp.Diff([]classChange{{key: key("blue"), oldCost: 10, existed: true}}, seen(), cmp.AllowUnexported(classChange{}, classKey{})); diff != "" {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}

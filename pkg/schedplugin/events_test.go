@@ -1,7 +1,6 @@
 package schedplugin
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 func TestEventsToRegister(t *testing.T) {
@@ -152,7 +152,12 @@ func testClassChangesActivatePods(t *testing.T, enforce bool) {
 			// Nothing should happen; give the informer time to deliver the event anyway.
 			waitForInformer(t, tfw)
 		} else {
-			eventually(t, what, func(context.Context) bool { return len(tfw.handle.activations()) > before })
+			testenv.Eventually(t, what, func() error {
+				if n := len(tfw.handle.activations()); n <= before {
+					return fmt.Errorf("%d activations, none new", n)
+				}
+				return nil
+			}, fastPoll)
 		}
 		for _, names := range tfw.handle.activations()[before:] {
 			slices.Sort(names)
@@ -198,10 +203,12 @@ func waitForInformer(t *testing.T, tfw *testFramework) {
 	if _, err := tfw.client.Resource(WorkerClassResource).Namespace("markers").Create(t.Context(), workerClass("markers", name, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the informer sees "+name, func(context.Context) bool {
-		_, ok := tfw.pl.classes.costs()[classKey{"markers", name}]
-		return ok
-	})
+	testenv.Eventually(t, "the informer sees "+name, func() error {
+		if _, ok := tfw.pl.classes.costs()[classKey{"markers", name}]; !ok {
+			return fmt.Errorf("no cost for %s yet", name)
+		}
+		return nil
+	}, fastPoll)
 }
 
 var markers int

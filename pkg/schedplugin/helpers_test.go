@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -29,6 +28,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	configv1 "github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config/v1"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 const testNamespace = "pipelines"
@@ -238,14 +238,5 @@ func (tfw *testFramework) filter(t *testing.T, pod *v1.Pod) (*fwk.Status, map[st
 	return nil, out
 }
 
-// eventually polls cond every few milliseconds until it holds, failing the test after 10 s.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	}); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// fastPoll polls every few milliseconds: the conditions are in memory, fed by a fake clientset.
+var fastPoll = testenv.Every(5 * time.Millisecond)

@@ -1,12 +1,14 @@
 package schedplugin
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 func TestSignPod(t *testing.T) {
@@ -49,9 +51,12 @@ func TestSignPod(t *testing.T) {
 	if _, err := tfw.client.Resource(WorkerClassResource).Namespace(testNamespace).Update(t.Context(), updated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the class informer sees red at 35", func(context.Context) bool {
-		return tfw.pl.classes.costs()[classKey{testNamespace, "red"}] == 35
-	})
+	testenv.Eventually(t, "the class informer sees red at 35", func() error {
+		if got := tfw.pl.classes.costs()[classKey{testNamespace, "red"}]; got != 35 {
+			return fmt.Errorf("red costs %d", got)
+		}
+		return nil
+	}, fastPoll)
 	if now := sign(worker("a", "red").Obj()); now == red1 {
 		t.Errorf("a red Pod signs the same after the capacity changed: %s", now)
 	}

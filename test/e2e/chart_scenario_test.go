@@ -9,24 +9,22 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the ServiceAccount with a
@@ -109,8 +107,8 @@ func TestChartScenario(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	h := newHelm(t)
-	system := newNamespace(ctx, t)
-	work := newNamespace(ctx, t)
+	system := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
+	work := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	const release = "conveyor"
 	c := env.Client()
 
@@ -182,46 +180,18 @@ func TestChartScenario(t *testing.T) {
 	}
 
 	// The original scenario, in a namespace of its own, with autoscaling.
-	class := func(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
-		return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}, Spec: schedulingv1alpha1.WorkerClassSpec{
-			Capacity: capacity, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5, ScaleDownStabilizationSeconds: ptr.To[int32](0)}}}
-	}
-	worker := func(class string) *appsv1alpha1.WorkerSet {
-		ws := workerSetOf(work, class, 1)
-		ws.Spec.Template.Spec.SchedulerName = schedulingv1alpha1.SchedulerName
-		return ws
-	}
 	// A set with a claim, retained when the set is deleted (the default), to see what uninstall leaves.
 	poolClass := work + "-pool"
 	createVolumePool(ctx, t, poolClass, 1)
-	store := workerSetOf(work, "store", 1)
-	store.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(poolClass), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}}
-	for _, o := range []client.Object{class("blue", 30), class("green", 15), class("yellow", 200), worker("blue"), worker("green"), worker("yellow"), store,
-		pipelineOf(work, "first", 10), pipelineOf(work, "second", 10), pipelineOf(work, "third", 10)} {
+	store := fixtures.MakeWorkerSet(work, "store").Replicas(1).VolumeClaim("data", poolClass, "1Gi").Obj()
+	for _, o := range append(scenario(work, true).Objects(), store) {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
 	}
-	eventually(ctx, t, "the HPA scales green to 3 and every pipeline is Ready", func(ctx context.Context) error {
-		ws := &appsv1alpha1.WorkerSet{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: work, Name: "green"}, ws); err != nil {
-			return err
-		}
-		phases, err := pipelinePhases(ctx, work)
-		if err != nil {
-			return err
-		}
-		if *ws.Spec.Replicas != 3 || phases["first"] != "Ready" || phases["second"] != "Ready" || phases["third"] != "Ready" {
-			return fmt.Errorf("green replicas %d, pipelines %v", *ws.Spec.Replicas, phases)
-		}
-		return nil
-	})
+	waitScaledUp(ctx, t, work)
 	// conveyor-scheduler placed the worker Pods: its Scheduled Events name it.
-	eventually(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
 		events := &corev1.EventList{}
 		if err := c.List(ctx, events, client.InNamespace(work)); err != nil {
 			return err
@@ -238,43 +208,7 @@ func TestChartScenario(t *testing.T) {
 		return nil
 	})
 
-	// Scale-down: third must never leave Ready.
-	var left []string
-	var lmu sync.Mutex
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go func() {
-		for watchCtx.Err() == nil {
-			phases, err := pipelinePhases(watchCtx, work)
-			if err == nil && phases["third"] != "" && phases["third"] != "Ready" {
-				lmu.Lock()
-				left = append(left, string(phases["third"]))
-				lmu.Unlock()
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	for _, name := range []string{"first", "second"} {
-		if err := c.Delete(ctx, &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: work}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(ctx, t, "green scaled down to 1 worker", func(ctx context.Context) error {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(work), client.MatchingLabels{schedulingv1alpha1.WorkerClassLabel: "green"}); err != nil {
-			return err
-		}
-		if len(pods.Items) != 1 {
-			return fmt.Errorf("%d green Pods", len(pods.Items))
-		}
-		return nil
-	})
-	stopWatch()
-	lmu.Lock()
-	if len(left) > 0 {
-		t.Errorf("third left Ready during the scale-down: %v", left)
-	}
-	lmu.Unlock()
+	loadDrops(ctx, t, work)
 
 	if out, err := h.run(ctx, "upgrade", release, chartDir(), "--namespace", system, "--reuse-values", "--set", "operator.logLevel=2", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
@@ -291,7 +225,7 @@ func TestChartScenario(t *testing.T) {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 	installed = false
-	eventually(ctx, t, "only the retained claim is left", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "only the retained claim is left", func(ctx context.Context) error {
 		var left []string
 		for _, l := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &schedulingv1alpha1.PipelineBindingList{}} {
 			if err := c.List(ctx, l, client.InNamespace(work)); err != nil {

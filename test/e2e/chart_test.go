@@ -43,6 +43,7 @@ import (
 	schedconfig "github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config"
 	_ "github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config/v1" // WorkerClassCapacityArgs in the scheduler's scheme
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // The chart's tests: helm lint, helm template checked object by object and accepted by a
@@ -157,7 +158,7 @@ func TestChartValuesDocumented(t *testing.T) {
 func TestChartTemplate(t *testing.T) {
 	ctx := testContext(t)
 	h := newHelm(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	const release = "conveyor"
 
 	t.Run("defaults", func(t *testing.T) {
@@ -220,7 +221,7 @@ func TestChartInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), chartTestTimeout)
 	defer cancel()
 	h := newHelm(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	const release = "conveyor-e2e"
 	selector := "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/name=conveyor"
 
@@ -920,7 +921,7 @@ func apiServiceCABundle(ctx context.Context, t *testing.T) []byte {
 // waitDeploymentAvailable waits until the Deployment has the given number of available replicas.
 func waitDeploymentAvailable(ctx context.Context, t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
-	eventually(ctx, t, "Deployment "+name+" available", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "Deployment "+name+" available", func(ctx context.Context) error {
 		d := &appsv1.Deployment{}
 		if err := env.Client().Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
 			return err

@@ -11,12 +11,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/conveyor-dev/conveyor/test/cluster"
@@ -36,12 +33,9 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// Generous deadlines: the machine may be busy, and nothing here measures speed.
-const (
-	testTimeout  = 3 * time.Minute
-	pollTimeout  = time.Minute
-	pollInterval = 250 * time.Millisecond
-)
+// testTimeout is a test's deadline: generous, since the machine may be busy and nothing here
+// measures speed.
+const testTimeout = 3 * time.Minute
 
 // testContext is the test's context with a deadline.
 func testContext(t *testing.T) context.Context {
@@ -49,41 +43,6 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// newNamespace creates a namespace of its own for the test. It is deleted after the test, without
-// waiting: the cluster goes away with the package anyway.
-func newNamespace(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-"}}
-	if err := env.Client().Create(ctx, ns); err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := env.Client().Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
-			t.Errorf("deleting namespace %s: %v", ns.Name, err)
-		}
-	})
-	return ns.Name
-}
-
-// eventually polls cond until it holds, failing the test with cond's last complaint if it never
-// does within pollTimeout.
-func eventually(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) error) {
-	t.Helper()
-	err := cluster.Poll(ctx, pollTimeout, pollInterval, func(ctx context.Context) (bool, error) {
-		err := cond(ctx)
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 // create creates obj, failing the test on error.

@@ -7,43 +7,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
-
-func workerSetOf(ns, class string, replicas int32) *appsv1alpha1.WorkerSet {
-	return &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas: ptr.To(replicas),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: class}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "worker", Image: "worker:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}
-}
-
-func pipelineOf(ns, name string, load int32) *schedulingv1alpha1.Pipeline {
-	return &schedulingv1alpha1.Pipeline{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: load, Workers: map[string]schedulingv1alpha1.PipelineWorker{
-			"first": {Class: "blue", Next: []string{"second"}}, "second": {Class: "green", Next: []string{"third"}}, "third": {Class: "yellow"},
-		}},
-	}
-}
 
 func pipelinePhase(ctx context.Context, t *testing.T, ns, name string, want schedulingv1alpha1.PipelinePhase) *schedulingv1alpha1.Pipeline {
 	t.Helper()
 	p := &schedulingv1alpha1.Pipeline{}
-	eventually(ctx, t, fmt.Sprintf("pipeline %s %s", name, want), func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, fmt.Sprintf("pipeline %s %s", name, want), func(ctx context.Context) error {
 		if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 			return err
 		}
@@ -78,23 +55,28 @@ func endpointPods(ctx context.Context, ns, svc string) (map[string]types.UID, er
 // hand, then a worker Pod deleted.
 func TestOriginalScenarioOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
-	for _, o := range []client.Object{
-		&schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: ns}, Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: 30}},
-		&schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "green", Namespace: ns}, Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: 15}},
-		&schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "yellow", Namespace: ns}, Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: 200}},
-		workerSetOf(ns, "blue", 2), workerSetOf(ns, "green", 2), workerSetOf(ns, "yellow", 1),
-		pipelineOf(ns, "first", 10), pipelineOf(ns, "second", 10), pipelineOf(ns, "third", 10),
-	} {
+	// The scenario by hand: no autoscaling, the default scheduler, two blue and two green workers.
+	replicas := map[string]int32{"blue": 2, "green": 2, "yellow": 1}
+	var objs []client.Object
+	for _, class := range fixtures.ScenarioClasses {
+		objs = append(objs,
+			fixtures.MakeWorkerClass(ns, class).Capacity(fixtures.ScenarioCapacity[class]).Obj(),
+			fixtures.MakeWorkerSet(ns, class).Replicas(replicas[class]).Class(class).Obj())
+	}
+	for _, name := range fixtures.ScenarioPipelines {
+		objs = append(objs, fixtures.MakePipeline(ns, name).Load(fixtures.ScenarioLoad).Chain(fixtures.ScenarioClasses...).Obj())
+	}
+	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
 	}
 	// Two green workers of 15 hold two pipelines of 10; the third waits.
 	ready, pending := 0, ""
-	eventually(ctx, t, "two pipelines Ready, one Pending", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "two pipelines Ready, one Pending", func(ctx context.Context) error {
 		list := &schedulingv1alpha1.PipelineList{}
 		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
@@ -154,7 +136,7 @@ func TestOriginalScenarioOnKwok(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"first", "second", "third"} {
-		eventually(ctx, t, name+" Ready on the new yellow-0", func(ctx context.Context) error {
+		testenv.EventuallyContext(ctx, t, name+" Ready on the new yellow-0", func(ctx context.Context) error {
 			p := &schedulingv1alpha1.Pipeline{}
 			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 				return err

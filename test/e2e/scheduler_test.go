@@ -11,12 +11,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	schedulerapp "github.com/conveyor-dev/conveyor/cmd/scheduler/app"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // e2eSchedulerConfig is cmd/scheduler/config.yaml for a test: the cluster's kubeconfig, no leader
@@ -77,34 +77,19 @@ func startConveyorScheduler(t *testing.T) {
 // that asks for no scheduler is still bound by the cluster's default scheduler.
 func TestConveyorSchedulerPlacesWorkerSet(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	startConveyorScheduler(t)
 
-	create(ctx, t, &schedulingv1alpha1.WorkerClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: ns},
-		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: 40},
-	})
-	create(ctx, t, &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas: ptr.To[int32](4),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: "blue"}},
-				Spec: corev1.PodSpec{
-					SchedulerName: schedulingv1alpha1.SchedulerName,
-					Containers:    []corev1.Container{{Name: "worker", Image: "worker:1"}},
-				},
-			},
-		},
-	})
+	create(ctx, t, fixtures.MakeWorkerClass(ns, "blue").Capacity(40).Obj())
+	create(ctx, t, fixtures.MakeWorkerSet(ns, "blue").Replicas(4).Class("blue").SchedulerName(schedulingv1alpha1.SchedulerName).Obj())
 	create(ctx, t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "control", Namespace: ns},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c:1"}}},
 	})
 
 	workers := []string{"blue-0", "blue-1", "blue-2", "blue-3"}
-	eventually(ctx, t, "every Pod bound, each by the scheduler it asked for", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "every Pod bound, each by the scheduler it asked for", func(ctx context.Context) error {
 		pods := &corev1.PodList{}
 		if err := env.Client().List(ctx, pods, client.InNamespace(ns)); err != nil {
 			return err

@@ -11,20 +11,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // TestSmokeNodesReady: the cluster has its simulated nodes, Ready and untainted.
 func TestSmokeNodesReady(t *testing.T) {
 	ctx := testContext(t)
-	eventually(ctx, t, "simulated nodes Ready", func(ctx context.Context) error {
-		nodes := &corev1.NodeList{}
+	nodes := &corev1.NodeList{}
+	testenv.EventuallyContext(ctx, t, "simulated nodes Ready", func(ctx context.Context) error {
 		if err := env.Client().List(ctx, nodes, client.MatchingLabels{cluster.NodeTypeLabel: cluster.NodeTypeKwok}); err != nil {
 			return err
 		}
@@ -32,22 +33,24 @@ func TestSmokeNodesReady(t *testing.T) {
 			return fmt.Errorf("%d nodes labelled %s=%s, want %d", len(nodes.Items), cluster.NodeTypeLabel, cluster.NodeTypeKwok, Nodes)
 		}
 		for i := range nodes.Items {
-			node := &nodes.Items[i]
-			if !cluster.NodeReady(node) {
+			if node := &nodes.Items[i]; !cluster.NodeReady(node) {
 				return fmt.Errorf("node %s is not Ready", node.Name)
-			}
-			if node.Annotations[cluster.KwokNodeAnnotation] != "fake" {
-				return cluster.Permanent(fmt.Errorf("node %s lacks the annotation %s=fake", node.Name, cluster.KwokNodeAnnotation))
-			}
-			if len(node.Spec.Taints) != 0 {
-				return cluster.Permanent(fmt.Errorf("node %s has taints %v", node.Name, node.Spec.Taints))
-			}
-			if node.Status.Allocatable.Pods().IsZero() || node.Status.Allocatable.Cpu().IsZero() {
-				return cluster.Permanent(fmt.Errorf("node %s has no allocatable pods or cpu: %v", node.Name, node.Status.Allocatable))
 			}
 		}
 		return nil
 	})
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		if node.Annotations[cluster.KwokNodeAnnotation] != "fake" {
+			t.Errorf("node %s lacks the annotation %s=fake", node.Name, cluster.KwokNodeAnnotation)
+		}
+		if len(node.Spec.Taints) != 0 {
+			t.Errorf("node %s has taints %v", node.Name, node.Spec.Taints)
+		}
+		if node.Status.Allocatable.Pods().IsZero() || node.Status.Allocatable.Cpu().IsZero() {
+			t.Errorf("node %s has no allocatable pods or cpu: %v", node.Name, node.Status.Allocatable)
+		}
+	}
 }
 
 // The four CRDs of the project, with the short names of design §1.
@@ -90,47 +93,12 @@ func TestSmokeCRDsEstablished(t *testing.T) {
 // nothing else (Pods, Services) is expected.
 func TestSmokeObjects(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 
-	class := &schedulingv1alpha1.WorkerClass{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "blue"},
-		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: 10},
-	}
-	set := &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "blue"},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: "blue"}},
-				Spec: corev1.PodSpec{
-					SchedulerName: schedulingv1alpha1.SchedulerName,
-					Containers: []corev1.Container{{
-						Name:  "worker",
-						Image: "registry.example/conveyor/worker:v1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					}},
-				},
-			},
-		},
-	}
-	pipeline := &schedulingv1alpha1.Pipeline{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "docs"},
-		Spec: schedulingv1alpha1.PipelineSpec{
-			DocumentsPerSecond: 4,
-			Workers: map[string]schedulingv1alpha1.PipelineWorker{
-				"extract": {Class: "blue", Next: []string{"store"}},
-				"store":   {Class: "blue"},
-			},
-		},
-	}
-	binding := &schedulingv1alpha1.PipelineBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "docs-extract"},
-		Spec: schedulingv1alpha1.PipelineBindingSpec{
-			Pipeline:           "docs",
-			Stage:              "extract",
-			Class:              "blue",
-			DocumentsPerSecond: 4,
-		},
-	}
+	class := fixtures.MakeWorkerClass(ns, "blue").Capacity(10).Obj()
+	set := fixtures.MakeWorkerSet(ns, "blue").Class("blue").SchedulerName(schedulingv1alpha1.SchedulerName).Obj()
+	pipeline := fixtures.MakePipeline(ns, "docs").Load(4).Stage("extract", "blue", "store").Stage("store", "blue").Obj()
+	binding := fixtures.MakePipelineBinding(ns, "docs", "extract").Class("blue").Load(4).Obj()
 	for _, obj := range []client.Object{class, set, pipeline, binding} {
 		create(ctx, t, obj)
 	}
@@ -205,7 +173,7 @@ func TestSmokeObjects(t *testing.T) {
 		"workerclass.scheduling.conveyor.dev/blue",
 		"workerset.apps.conveyor.dev/blue",
 	}
-	eventually(ctx, t, "kubectl get conveyor", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "kubectl get conveyor", func(ctx context.Context) error {
 		out, err := env.Kubectl(ctx, "get", "conveyor", "--namespace", ns, "--output", "name")
 		if err != nil {
 			return err
@@ -222,7 +190,7 @@ func TestSmokeObjects(t *testing.T) {
 // TestSmokeValidation: the apiserver enforces the CRDs' schemas and CEL rules.
 func TestSmokeValidation(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 
 	for _, tc := range []struct {
 		name string
@@ -230,32 +198,15 @@ func TestSmokeValidation(t *testing.T) {
 		want string // in the error message
 	}{{
 		name: "pipeline next names a missing stage",
-		obj: &schedulingv1alpha1.Pipeline{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken"},
-			Spec: schedulingv1alpha1.PipelineSpec{
-				DocumentsPerSecond: 1,
-				Workers:            map[string]schedulingv1alpha1.PipelineWorker{"a": {Class: "blue", Next: []string{"nowhere"}}},
-			},
-		},
+		obj:  fixtures.MakePipeline(ns, "broken").Load(1).Stage("a", "blue", "nowhere").Obj(),
 		want: "next names a worker that does not exist",
 	}, {
 		name: "workerclass capacity below 1",
-		obj: &schedulingv1alpha1.WorkerClass{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "empty"},
-			Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: 0},
-		},
+		obj:  fixtures.MakeWorkerClass(ns, "empty").Capacity(0).Obj(),
 		want: "spec.capacity",
 	}, {
 		name: "workerset unknown podManagementPolicy",
-		obj: &appsv1alpha1.WorkerSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "odd"},
-			Spec: appsv1alpha1.WorkerSetSpec{
-				PodManagementPolicy: "Sometimes",
-				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "worker", Image: "registry.example/conveyor/worker:v1"}},
-				}},
-			},
-		},
+		obj:  fixtures.MakeWorkerSet(ns, "odd").PodManagementPolicy("Sometimes").Obj(),
 		want: "spec.podManagementPolicy",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

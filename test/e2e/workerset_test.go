@@ -33,20 +33,34 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 var setLoggerOnce sync.Once
 
-// startOperator runs every Conveyor controller in this process against the cluster, watching only
-// the given namespace, until the test ends.
-func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager, *pipeline.Allocator) error) {
-	t.Helper()
+// quietLogs silences controller-runtime's and klog's loggers, once, before the test process makes
+// its first controller-runtime client or manager (unset, controller-runtime complains).
+func quietLogs() {
 	setLoggerOnce.Do(func() {
 		ctrl.SetLogger(logr.Discard())
 		klog.SetLogger(logr.Discard()) // the custom metrics server logs through klog
 	})
+}
+
+// startOperator runs every Conveyor controller in this process against the cluster, watching only
+// the given namespace, until the test ends.
+func startOperator(t *testing.T, namespace string) {
+	t.Helper()
+	startOperatorWith(t, namespace, operator.Options{})
+}
+
+// startOperatorWith is startOperator with operator.Setup's options (the custom metrics server, for
+// one). The Prometheus collector is never registered: a test process starts many managers.
+func startOperatorWith(t *testing.T, namespace string, opts operator.Options) {
+	t.Helper()
+	quietLogs()
 	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -57,14 +71,9 @@ func startOperator(t *testing.T, namespace string, extra ...func(ctrl.Manager, *
 	if err != nil {
 		t.Fatalf("operator manager: %v", err)
 	}
-	alloc := pipeline.NewAllocator(nil)
-	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true, Allocator: alloc}); err != nil {
+	opts.SkipMetrics = true
+	if err := operator.Setup(context.Background(), mgr, opts); err != nil {
 		t.Fatalf("operator controllers: %v", err)
-	}
-	for _, add := range extra {
-		if err := add(mgr, alloc); err != nil {
-			t.Fatalf("operator extras: %v", err)
-		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -133,41 +142,18 @@ func claimNames(ctx context.Context, t *testing.T, ns string) []string {
 // binder, EndpointSlice controller and garbage collector.
 func TestWorkerSetOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	class := ns + "-pool"
 	createVolumePool(ctx, t, class, 5)
 
-	set := &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas: ptr.To[int32](5),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "w"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "worker", Image: "worker:1",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-				}}},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					StorageClassName: ptr.To(class),
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				},
-			}},
-			PersistentVolumeClaimRetentionPolicy: &appsv1alpha1.WorkerSetPersistentVolumeClaimRetentionPolicy{
-				WhenDeleted: appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType,
-				WhenScaled:  appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType,
-			},
-		},
-	}
+	set := fixtures.MakeWorkerSet(ns, "w").Replicas(5).PodLabel("app", "w").VolumeClaim("data", class, "1Gi").
+		ClaimRetention(appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType, appsv1alpha1.DeletePersistentVolumeClaimRetentionPolicyType).Obj()
 	if err := env.Client().Create(ctx, set); err != nil {
 		t.Fatalf("create set: %v", err)
 	}
 
-	eventually(ctx, t, "5 Pods Ready and the set Available", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "5 Pods Ready and the set Available", func(ctx context.Context) error {
 		got := &appsv1alpha1.WorkerSet{}
 		if err := env.Client().Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
 			return err
@@ -189,7 +175,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if err := env.Client().Create(ctx, svc); err != nil {
 		t.Fatalf("create service: %v", err)
 	}
-	eventually(ctx, t, "the Service has exactly w-3 as its endpoint", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the Service has exactly w-3 as its endpoint", func(ctx context.Context) error {
 		eps := &discoveryv1.EndpointSliceList{}
 		if err := env.Client().List(ctx, eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "w-3"}); err != nil {
 			return err
@@ -227,7 +213,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if _, err := scales.Scales(ns).Update(ctx, gr, sc, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update scale: %v", err)
 	}
-	eventually(ctx, t, "ordinals 4, 3, 2 and their claims are gone", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "ordinals 4, 3, 2 and their claims are gone", func(ctx context.Context) error {
 		if got := podNames(ctx, t, ns); !slices.Equal(got, []string{"w-0", "w-1"}) {
 			return fmt.Errorf("pods %v", got)
 		}
@@ -241,7 +227,7 @@ func TestWorkerSetOnKwok(t *testing.T) {
 	if err := env.Client().Delete(ctx, set, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatalf("delete set: %v", err)
 	}
-	eventually(ctx, t, "the Pods are gone", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "the Pods are gone", func(ctx context.Context) error {
 		if got := podNames(ctx, t, ns); len(got) > 0 {
 			return fmt.Errorf("pods %v", got)
 		}
@@ -256,19 +242,16 @@ func TestWorkerSetOnKwok(t *testing.T) {
 // Pods throughout: never more than 3 wanted Pods unavailable, and all 10 on the new revision at the end.
 func TestRollingUpdateOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
-	maxUnavailable := intstr.FromInt32(3)
-	set := workerSetOf(ns, "roll", 10)
-	set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{Type: appsv1alpha1.RollingUpdateWorkerSetStrategyType,
-		RollingUpdate: &appsv1alpha1.RollingUpdateWorkerSetStrategy{MaxUnavailable: &maxUnavailable}}
+	set := fixtures.MakeWorkerSet(ns, "roll").Replicas(10).Class("roll").MaxUnavailable(intstr.FromInt32(3)).Obj()
 	if err := c.Create(ctx, set); err != nil {
 		t.Fatal(err)
 	}
 	waitSetReady := func(what string) *appsv1alpha1.WorkerSet {
 		got := &appsv1alpha1.WorkerSet{}
-		eventually(ctx, t, what, func(ctx context.Context) error {
+		testenv.EventuallyContext(ctx, t, what, func(ctx context.Context) error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(set), got); err != nil {
 				return err
 			}
@@ -348,7 +331,7 @@ func podReady(p *corev1.Pod) bool {
 // status are what is checked.
 func TestClaimResizeOnKwok(t *testing.T) {
 	ctx := testContext(t)
-	ns := newNamespace(ctx, t)
+	ns := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	startOperator(t, ns)
 	c := env.Client()
 	class := ns + "-expandable"
@@ -358,16 +341,11 @@ func TestClaimResizeOnKwok(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), sc) })
 	createVolumePool(ctx, t, class, 2)
-	set := workerSetOf(ns, "store", 2)
-	set.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
-		ObjectMeta: metav1.ObjectMeta{Name: "data"},
-		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-	}}
+	set := fixtures.MakeWorkerSet(ns, "store").Replicas(2).VolumeClaim("data", class, "1Gi").Obj()
 	if err := c.Create(ctx, set); err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "claims bound and Pods Ready", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "claims bound and Pods Ready", func(ctx context.Context) error {
 		claims := &corev1.PersistentVolumeClaimList{}
 		if err := c.List(ctx, claims, client.InNamespace(ns)); err != nil {
 			return err
@@ -396,7 +374,7 @@ func TestClaimResizeOnKwok(t *testing.T) {
 	if err := c.Patch(ctx, got, patch); err != nil {
 		t.Fatalf("raise storage: %v", err)
 	}
-	eventually(ctx, t, "both claims request 3Gi and the set reports them updated", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "both claims request 3Gi and the set reports them updated", func(ctx context.Context) error {
 		for _, name := range []string{"data-store-0", "data-store-1"} {
 			cl := &corev1.PersistentVolumeClaim{}
 			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cl); err != nil {

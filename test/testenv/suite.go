@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/textlogger"
@@ -62,31 +64,109 @@ func Logger() logr.Logger {
 	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4)))
 }
 
-// NewNamespace creates a namespace of its own for a test.
-func NewNamespace(t *testing.T, c client.Client, prefix string) string {
+// NamespaceOption changes what NewNamespace does.
+type NamespaceOption func(*namespaceOptions)
+
+type namespaceOptions struct{ deleteAfter bool }
+
+// DeleteAfterTest deletes the namespace when the test ends, without waiting for it to go: first
+// its Pods at once (grace period 0, so none is left Terminating where no kubelet runs), then the
+// namespace. A failed delete fails the test.
+func DeleteAfterTest() NamespaceOption {
+	return func(o *namespaceOptions) { o.deleteAfter = true }
+}
+
+// NewNamespace creates a namespace of its own for a test and returns its name: prefix and a random
+// suffix, or, with an empty prefix, the test's name (shortened) and a random suffix. It is left in
+// place unless DeleteAfterTest says otherwise (envtest runs no namespace controller, so deleting
+// it there would only leave it Terminating).
+func NewNamespace(t testing.TB, c client.Client, prefix string, opts ...NamespaceOption) string {
 	t.Helper()
+	var o namespaceOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if prefix == "" {
+		prefix = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+		if len(prefix) > 40 {
+			prefix = prefix[:40]
+		}
+		prefix = strings.TrimRight(prefix, "-")
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := c.Create(context.Background(), ns); err != nil {
+	if err := c.Create(t.Context(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
+	}
+	if o.deleteAfter {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns.Name), client.GracePeriodSeconds(0))
+			if err == nil || apierrors.IsNotFound(err) {
+				err = c.Delete(ctx, ns)
+			}
+			if client.IgnoreNotFound(err) != nil {
+				t.Errorf("delete namespace %s: %v", ns.Name, err)
+			}
+		})
 	}
 	return ns.Name
 }
 
-// EventuallyTimeout is how long Eventually polls: generous, since the machine may be busy and
-// nothing here measures speed.
+// EventuallyTimeout is how long Eventually and EventuallyContext poll: generous, since the machine
+// may be busy and nothing here measures speed.
 const EventuallyTimeout = 90 * time.Second
+
+// PollInterval is how often they poll unless told otherwise (Every).
+const PollInterval = 100 * time.Millisecond
+
+// PollOption changes how Eventually and EventuallyContext poll.
+type PollOption func(*pollOptions)
+
+type pollOptions struct{ interval time.Duration }
+
+// Every polls at this interval instead of PollInterval.
+func Every(interval time.Duration) PollOption {
+	return func(o *pollOptions) { o.interval = interval }
+}
 
 // Eventually polls fn until it returns nil, failing the test with fn's last complaint if it never
 // does within EventuallyTimeout.
-func Eventually(t *testing.T, what string, fn func() error) {
+func Eventually(t testing.TB, what string, fn func() error, opts ...PollOption) {
 	t.Helper()
-	deadline := time.Now().Add(EventuallyTimeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = fn(); err == nil {
+	EventuallyContext(t.Context(), t, what, func(context.Context) error { return fn() }, opts...)
+}
+
+var errEventuallyTimeout = fmt.Errorf("still not true after %s", EventuallyTimeout)
+
+// EventuallyContext polls cond until it returns nil, failing the test with cond's last complaint if
+// it never does within EventuallyTimeout or before ctx ends (with the cause of its end, for a
+// suite that cancels its tests' contexts when something they need has stopped).
+func EventuallyContext(ctx context.Context, t testing.TB, what string, cond func(ctx context.Context) error, opts ...PollOption) {
+	t.Helper()
+	o := pollOptions{interval: PollInterval}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, EventuallyTimeout, errEventuallyTimeout)
+	defer cancel()
+	ticker := time.NewTicker(o.interval)
+	defer ticker.Stop()
+	var last error
+	for {
+		err := cond(ctx)
+		if err == nil {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		// Keep the condition's own complaint rather than the deadline it ran into.
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v: %v", what, context.Cause(ctx), last)
+			return
+		case <-ticker.C:
+		}
 	}
-	t.Fatalf("%s: still not true after %s: %v", what, EventuallyTimeout, err)
 }

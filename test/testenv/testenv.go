@@ -1,6 +1,7 @@
 // Package testenv configures envtest for the integration suites: the kube-apiserver and etcd that
 // the Makefile builds into ./bin, and the CRDs generated into the chart. Suites call New from their
-// TestMain; no binary is ever downloaded.
+// TestMain; no binary is ever downloaded. It also holds the helpers every suite (unit, integration,
+// end-to-end) shares: Eventually, EventuallyContext and NewNamespace.
 package testenv
 
 import (

@@ -11,57 +11,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // suiteLabel keeps each test on its own nodes: they carry it, and its Pods select it.
 const suiteLabel = "test.conveyor.dev/suite"
 
-// eventually polls cond until it returns nil, failing the test with its last complaint after a
-// generous deadline (the machine may be busy; nothing here measures speed).
-func eventually(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) error) {
+// testContext is the test's context, which also ends, with the reason, if the scheduler stops.
+func testContext(t *testing.T) context.Context {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if stopped := schedulerStopped.Load(); stopped != nil {
-			return false, fmt.Errorf("the scheduler stopped: %w", *stopped)
-		}
-		last = cond(ctx)
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v (last: %v)", what, err, last)
-	}
+	ctx, cancel := context.WithCancelCause(t.Context())
+	stop := context.AfterFunc(schedulerRunning, func() { cancel(context.Cause(schedulerRunning)) })
+	t.Cleanup(func() { stop(); cancel(nil) })
+	return ctx
 }
 
-// newNamespace creates a namespace for the test. envtest runs no namespace controller, so the
-// test deletes what it created itself.
-func newNamespace(ctx context.Context, t *testing.T, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns.Name), client.GracePeriodSeconds(0))
-		_ = k8s.Delete(ctx, ns)
-	})
-	return ns.Name
-}
+// pollEvery is how often the tests poll: the scheduler binds within milliseconds, and a test
+// schedules many Pods one after another.
+var pollEvery = testenv.Every(20 * time.Millisecond)
 
 // createWorkerClass creates a WorkerClass whose workers cost capacity documents per second.
 func createWorkerClass(ctx context.Context, t *testing.T, namespace, name string, capacity int32) {
 	t.Helper()
-	wc := &schedulingv1alpha1.WorkerClass{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: capacity},
-	}
-	if err := k8s.Create(ctx, wc); err != nil {
+	if err := k8s.Create(ctx, fixtures.MakeWorkerClass(namespace, name).Capacity(capacity).Obj()); err != nil {
 		t.Fatalf("create WorkerClass %s: %v", name, err)
 	}
 }
@@ -121,7 +98,7 @@ func scheduleOne(ctx context.Context, t *testing.T, pod *corev1.Pod) outcome {
 		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
 	var out outcome
-	eventually(ctx, t, "pod "+pod.Name+" scheduled or marked unschedulable", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, "pod "+pod.Name+" scheduled or marked unschedulable", func(ctx context.Context) error {
 		got := &corev1.Pod{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 			return err
@@ -137,7 +114,7 @@ func scheduleOne(ctx context.Context, t *testing.T, pod *corev1.Pod) outcome {
 			}
 		}
 		return fmt.Errorf("neither bound nor unschedulable yet")
-	})
+	}, pollEvery)
 	return out
 }
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +26,9 @@ import (
 var (
 	cfg *rest.Config
 	k8s client.Client
-	// schedulerStopped holds why the scheduler stopped, once it has: polls give up at once.
-	schedulerStopped atomic.Pointer[error]
+	// schedulerRunning ends, with the reason as its cause, when the scheduler stops; the tests'
+	// contexts (testContext) end with it, so their polls give up at once.
+	schedulerRunning context.Context
 )
 
 // The profiles of the scheduler under test. Only the plugin scores, so that every placement
@@ -136,13 +136,15 @@ func startScheduler(env *envtest.Environment) (func() error, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	running, stopped := context.WithCancelCause(context.Background())
+	schedulerRunning = running
 	done := make(chan error, 1)
 	go func() {
 		err := schedulerapp.Run(ctx, "--config="+configFile, "--secure-port=0")
 		if err == nil {
 			err = errors.New("stopped")
 		}
-		schedulerStopped.Store(&err)
+		stopped(fmt.Errorf("the scheduler stopped: %w", err))
 		done <- err
 	}()
 	return func() error {

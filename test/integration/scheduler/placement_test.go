@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // Every scenario has six nodes n1…n6 with budgets of 120, 150, 170, 230, 260 and 440 documents/s
@@ -92,8 +93,8 @@ func TestEnforceNodeCapacity(t *testing.T) {
 }
 
 func runScenario(t *testing.T, sc scenario) {
-	ctx := t.Context()
-	ns := newNamespace(ctx, t, sc.suite)
+	ctx := testContext(t)
+	ns := testenv.NewNamespace(t, k8s, sc.suite, testenv.DeleteAfterTest())
 	for class, capacity := range sc.classes {
 		createWorkerClass(ctx, t, ns, class, capacity)
 	}

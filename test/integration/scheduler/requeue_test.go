@@ -11,15 +11,16 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // TestRequeue: a Pod refused by the Filter path is scheduled as soon as a change can make room
 // for it, well before the scheduler's five-minute periodic retry: its WorkerClass appears, a
 // worker leaves the node, the node's budget grows, a class gets cheaper.
 func TestRequeue(t *testing.T) {
-	ctx := t.Context()
+	ctx := testContext(t)
 	const suite = "requeue"
-	ns := newNamespace(ctx, t, suite)
+	ns := testenv.NewNamespace(t, k8s, suite, testenv.DeleteAfterTest())
 	createNode(ctx, t, suite, "requeue-n1", 50)
 	pod := func(name string) *corev1.Pod { return workerPod(ns, name, "violet", profileEnforce, suite) }
 
@@ -82,7 +83,7 @@ func waitBoundAfterCreate(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 
 func waitBound(ctx context.Context, t *testing.T, namespace, name string) {
 	t.Helper()
-	eventually(ctx, t, name+" bound", func(ctx context.Context) error {
+	testenv.EventuallyContext(ctx, t, name+" bound", func(ctx context.Context) error {
 		p := &corev1.Pod{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, p); err != nil {
 			return err
@@ -91,5 +92,5 @@ func waitBound(ctx context.Context, t *testing.T, namespace, name string) {
 			return fmt.Errorf("not bound")
 		}
 		return nil
-	})
+	}, pollEvery)
 }
