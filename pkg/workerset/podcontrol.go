@@ -57,7 +57,7 @@ func isDeleteError(err error) bool {
 func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	done := &successes{}
 	defer done.emit(c.recorder, s.set)
-	blocked := map[string]bool{} // condemned Pods whose claims could not be handed over
+	blocked := map[string]bool{} // Pods whose claims do not yet have the owners the policy says
 	var errs []error
 	for _, u := range p.claimOwners {
 		if err := c.updateClaimOwners(ctx, s, u); err != nil {

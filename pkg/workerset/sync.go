@@ -79,7 +79,8 @@ type podDelete struct {
 type claimOwnerUpdate struct {
 	claim  *corev1.PersistentVolumeClaim
 	owners []metav1.OwnerReference
-	// forPod is the Pod whose deletion must wait for this update; empty for wanted Pods.
+	// forPod is the Pod whose deletion must wait for this update (a failed update blocks it);
+	// empty when the ordinal has no Pod.
 	forPod string
 }
 
@@ -525,7 +526,10 @@ func claimOwnerUpdates(s *scope, ordinal int, pod *corev1.Pod, condemned bool) [
 			continue
 		}
 		update := claimOwnerUpdate{claim: claim, owners: want}
-		if condemned {
+		if pod != nil {
+			// Wanted or condemned, the Pod must not be deleted before its claim has the owners
+			// the policy says: a wanted Pod that still owns its claim (a cancelled scale-down)
+			// would take the claim with it.
 			update.forPod = pod.Name
 		}
 		updates = append(updates, update)
