@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,6 +40,8 @@ const (
 	expectationsRecheck = 10 * time.Second
 	// conflictRequeue is how soon a reconcile that lost an update race runs again.
 	conflictRequeue = time.Second
+	// conflictRecheck is how soon a set looks again at a Pod name taken by a Pod it cannot adopt.
+	conflictRecheck = 30 * time.Second
 )
 
 // Reconciler reconciles WorkerSets.
@@ -73,6 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&appsv1alpha1.WorkerSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
 		Owns(&appsv1.ControllerRevision{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(unownedPodToSet)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
@@ -93,6 +97,16 @@ func indexPodOwner(obj client.Object) []string {
 		return nil
 	}
 	return []string{ref.Name}
+}
+
+// unownedPodToSet maps a Pod with a set's label that the set does not control to the set: an
+// orphan to adopt, or a Pod holding one of its names whose changes (its deletion) matter.
+func unownedPodToSet(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[appsv1alpha1.WorkerSetLabel]
+	if name == "" || slices.Contains(indexPodOwner(obj), name) {
+		return nil // not a set's, or controlled by it: Owns enqueues it
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
 // claimToSet maps a claim carrying the workerset label to its set.
@@ -131,8 +145,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.syncRevision(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.adoptOrphans(ctx, s); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			log.V(4).Info("An orphan Pod changed while being adopted", "err", err)
+			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		}
+		return ctrl.Result{}, err
+	}
 	p := decide(s)
 	writeErr := r.control.apply(ctx, s, p)
+	if len(p.conflicts) > 0 {
+		// A Pod the set cannot adopt holds a name; look again in case it went unseen (a Pod
+		// without the set's label does not trigger a reconcile when it goes).
+		p.requeue(conflictRecheck)
+	}
 	status, recheck := computeStatus(s, p, writeErr)
 	if writeErr == nil {
 		writeErr = r.control.truncateHistory(ctx, s, status.CurrentRevision)
@@ -159,6 +185,7 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		claims:     map[string]*corev1.PersistentVolumeClaim{},
 		templates:  map[string]*corev1.PodTemplateSpec{},
 		expandable: map[string]bool{},
+		taken:      map[int]string{},
 		now:        r.Now(),
 	}
 	revisions := &appsv1.ControllerRevisionList{}
@@ -179,13 +206,27 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if !metav1.IsControlledBy(pod, set) {
-			continue // a Pod of an earlier set with the same name
+	// Pods with the set's label that it does not control: orphans to adopt, or names taken.
+	labelled := &corev1.PodList{}
+	if err := r.List(ctx, labelled, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+		return nil, fmt.Errorf("list pods by label: %w", err)
+	}
+	for _, pod := range slices.Concat(pods.Items, labelled.Items) {
+		ordinal := ordinalOf(set, pod.Name)
+		if ordinal < 0 {
+			continue
 		}
-		if ordinal := ordinalOf(set, pod.Name); ordinal >= 0 {
-			s.pods[ordinal] = pod
+		if metav1.IsControlledBy(&pod, set) {
+			s.pods[ordinal] = &pod
+			continue
+		}
+		if _, seen := s.taken[ordinal]; seen || slices.ContainsFunc(s.orphans, func(o *corev1.Pod) bool { return o.Name == pod.Name }) {
+			continue
+		}
+		if adopt, why := unownedPod(set, &pod); adopt {
+			s.orphans = append(s.orphans, &pod)
+		} else {
+			s.taken[ordinal] = why
 		}
 	}
 	if len(set.Spec.VolumeClaimTemplates) > 0 {
@@ -224,6 +265,20 @@ func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
 	if _, ok := s.templates[s.currentRevision]; !ok {
 		s.currentRevision = s.revision
 	}
+	return nil
+}
+
+// adoptOrphans makes the set the controller of the orphan Pods in the scope, as StatefulSet
+// adopts Pods that match its selector and have no controller, and adds them to the scope's Pods.
+func (r *Reconciler) adoptOrphans(ctx context.Context, s *scope) error {
+	for _, pod := range s.orphans {
+		adopted, err := r.control.adoptPod(ctx, s, pod)
+		if err != nil {
+			return err
+		}
+		s.pods[ordinalOf(s.set, pod.Name)] = adopted
+	}
+	s.orphans = nil
 	return nil
 }
 

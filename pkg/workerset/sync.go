@@ -31,7 +31,12 @@ type scope struct {
 	collisionCount            *int32
 	// expandable says, per StorageClass name, whether it allows volume expansion.
 	expandable map[string]bool
-	now        time.Time
+	// orphans are Pods with one of the set's names and its label that no controller owns: the
+	// controller adopts them before deciding. taken says, per ordinal, why a Pod the set does not
+	// control and cannot adopt holds that ordinal's name; nothing is created there meanwhile.
+	orphans []*corev1.Pod
+	taken   map[int]string
+	now     time.Time
 }
 
 // deleteReason says why a Pod is deleted, for Events and tests.
@@ -60,6 +65,10 @@ type plan struct {
 	// pausedMessage, when the set has nothing left to do, says that Pods below the partition keep
 	// an older revision.
 	pausedMessage string
+	// conflicts name the Pods that hold one of the set's names and that it cannot adopt, each
+	// with why, for the ReplicaFailure condition; decide finds those it can see in the cache,
+	// apply those whose create met AlreadyExists.
+	conflicts []string
 }
 
 // podCreate is a Pod to create and the claims that must exist before it.
@@ -154,7 +163,11 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 	ordered := orderedReady(s.set)
 	for ordinal := range replicasOf(s.set) {
 		pod, ok := s.pods[ordinal]
+		why, taken := s.taken[ordinal]
 		switch {
+		case !ok && taken:
+			p.conflicts = append(p.conflicts, why)
+			waiting = true
 		case !ok:
 			if ordered && waiting {
 				continue
@@ -542,6 +555,24 @@ func ownersEqual(a, b []metav1.OwnerReference) bool {
 		return true
 	}
 	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// unownedPod classifies a Pod that has one of the set's names but is not controlled by it: an
+// orphan to adopt (no controller, the set's label, not terminating, as upstream's ClaimObject), or
+// why its name is taken.
+func unownedPod(set *appsv1alpha1.WorkerSet, pod *corev1.Pod) (adopt bool, why string) {
+	ref := metav1.GetControllerOf(pod)
+	switch {
+	case ref != nil && ref.Kind == "WorkerSet" && ref.Name == set.Name:
+		return false, fmt.Sprintf("Pod %s belongs to an earlier WorkerSet %s (uid %s) and waits for the garbage collector", pod.Name, set.Name, ref.UID)
+	case ref != nil:
+		return false, fmt.Sprintf("Pod %s is controlled by %s %s, not by WorkerSet %s; delete it or rename the set", pod.Name, ref.Kind, ref.Name, set.Name)
+	case pod.Labels[appsv1alpha1.WorkerSetLabel] != set.Name:
+		return false, fmt.Sprintf("Pod %s has no controller but lacks the label %s=%s, so WorkerSet %s does not adopt it; label or delete it", pod.Name, appsv1alpha1.WorkerSetLabel, set.Name, set.Name)
+	case pod.DeletionTimestamp != nil:
+		return false, fmt.Sprintf("Pod %s has no controller and is terminating; WorkerSet %s recreates it once it is gone", pod.Name, set.Name)
+	}
+	return true, ""
 }
 
 // isFinished says the Pod's containers have all stopped for good: it must be replaced.

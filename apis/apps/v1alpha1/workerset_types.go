@@ -288,6 +288,10 @@ const (
 	ReasonCreateFailed = "CreateFailed"
 	// ReasonDeleteFailed: deleting a Pod failed; the message has the API error.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonPodConflict: a Pod has one of the set's names but the set does not control it and
+	// cannot adopt it (another controller owns it, it lacks the set's label, or it is terminating);
+	// nothing is created at its ordinal until it goes. The message names the Pod and why.
+	ReasonPodConflict = "PodConflict"
 	// ReasonNoFailure: the last reconcile wrote every object it tried to.
 	ReasonNoFailure = "NoFailure"
 )
