@@ -15,12 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -74,9 +76,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&appsv1alpha1.WorkerSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		Owns(&appsv1.ControllerRevision{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(unownedPodToSet)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
@@ -99,14 +100,67 @@ func indexPodOwner(obj client.Object) []string {
 	return []string{ref.Name}
 }
 
-// unownedPodToSet maps a Pod with a set's label that the set does not control to the set: an
-// orphan to adopt, or a Pod holding one of its names whose changes (its deletion) matter.
-func unownedPodToSet(_ context.Context, obj client.Object) []reconcile.Request {
-	name := obj.GetLabels()[appsv1alpha1.WorkerSetLabel]
-	if name == "" || slices.Contains(indexPodOwner(obj), name) {
-		return nil // not a set's, or controlled by it: Owns enqueues it
+// podEvents handles the Pod watch: it settles expectations from the events themselves (as
+// upstream's ControllerExpectations), then enqueues the set that controls the Pod, or, for a Pod
+// with a set's label that the set does not control (an orphan to adopt, or a Pod holding one of
+// its names), the set the label names.
+func (r *Reconciler) podEvents() handler.EventHandler {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], pod client.Object) {
+		for _, key := range podSets(pod) {
+			q.Add(reconcile.Request{NamespacedName: key})
+		}
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.Object); ok {
+				r.expectations.CreationObserved(key, e.Object.GetName())
+				if e.Object.GetDeletionTimestamp() != nil {
+					r.expectations.DeletionObserved(key, e.Object.GetUID())
+				}
+			}
+			enqueue(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.ObjectNew); ok && e.ObjectNew.GetDeletionTimestamp() != nil {
+				r.expectations.DeletionObserved(key, e.ObjectNew.GetUID())
+			}
+			enqueue(q, e.ObjectNew)
+			if e.ObjectOld != nil {
+				enqueue(q, e.ObjectOld) // a Pod released or adopted: both sets look
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.Object); ok {
+				r.expectations.DeletionObserved(key, e.Object.GetUID())
+			}
+			enqueue(q, e.Object)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+	}
+}
+
+// podController is the key of the WorkerSet that controls the Pod, if one does.
+func podController(pod client.Object) (types.NamespacedName, bool) {
+	names := indexPodOwner(pod)
+	if len(names) == 0 {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: pod.GetNamespace(), Name: names[0]}, true
+}
+
+// podSets are the sets a Pod event concerns: its controller, or, when a Pod with a set's label is
+// not controlled by that set, the set its label names.
+func podSets(pod client.Object) []types.NamespacedName {
+	var keys []types.NamespacedName
+	if key, ok := podController(pod); ok {
+		keys = append(keys, key)
+	}
+	if name := pod.GetLabels()[appsv1alpha1.WorkerSetLabel]; name != "" && !slices.Contains(indexPodOwner(pod), name) {
+		keys = append(keys, types.NamespacedName{Namespace: pod.GetNamespace(), Name: name})
+	}
+	return keys
 }
 
 // claimToSet maps a claim carrying the workerset label to its set.

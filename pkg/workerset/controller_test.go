@@ -2,6 +2,7 @@ package workerset
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
@@ -131,5 +135,70 @@ func TestUnownedPodWithASetName(t *testing.T) {
 				t.Errorf("pods %s: the set is stalled after meeting w-1", got)
 			}
 		})
+	}
+}
+
+// TestExpectationsObserveWatchEvents: a Pod the set created and that was deleted again before any
+// reconcile listed it is never in a list, but the informer delivered its add and delete events; the
+// events settle the expectation, so the next reconcile recreates the Pod instead of waiting out
+// the expectations TTL.
+func TestExpectationsObserveWatchEvents(t *testing.T) {
+	set := newSet("w").replicas(2).obj()
+	c := newFakeClient(nil, storedCopies(set)...)
+	r := newTestReconciler(c)
+	h := r.podEvents()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx := context.Background()
+
+	reconcileSet(t, r, set)
+	created := getPod(t, c, "w-1")
+	// The informer sees w-1 come and go (evicted at once, say) before any reconcile lists Pods.
+	h.Create(ctx, event.CreateEvent{Object: created}, q)
+	deletePod(t, c, "w-1")
+	h.Delete(ctx, event.DeleteEvent{Object: created}, q)
+	if q.Len() != 1 {
+		t.Errorf("%d requests queued, want the set once", q.Len())
+	}
+
+	if res := reconcileSet(t, r, set); res.RequeueAfter == expectationsRecheck {
+		t.Error("the reconcile waited for expectations that the watch events had met")
+	}
+	if got := strings.Join(podNames(t, c), ","); got != "w-0,w-1" {
+		t.Errorf("pods %s, want w-1 recreated at once", got)
+	}
+
+	// A delete is settled by the update that marks the Pod terminating, as upstream.
+	pod := getPod(t, c, "w-0")
+	key := client.ObjectKeyFromObject(set)
+	r.expectations.ExpectDelete(key, pod.UID)
+	terminating := pod.DeepCopy()
+	terminating.DeletionTimestamp = &metav1.Time{Time: testNow}
+	h.Update(ctx, event.UpdateEvent{ObjectOld: pod, ObjectNew: terminating}, q)
+	// The cache still shows w-0 live (and w-1, created above).
+	if !r.expectations.Observe(key, map[string]types.UID{"w-0": pod.UID, "w-1": getPod(t, c, "w-1").UID}) {
+		t.Error("the delete is not settled by the update that marked the Pod terminating")
+	}
+}
+
+// TestPodEventsEnqueue: a Pod event enqueues the set that controls the Pod, and, for a Pod with a
+// set's label that the set does not control, the set its label names (to adopt it, or to create
+// the ordinal once it goes).
+func TestPodEventsEnqueue(t *testing.T) {
+	set := newSet("w").obj()
+	owned := newPod(set, &set.Spec.Template, 0, "rev")
+	orphan := owned.DeepCopy()
+	orphan.OwnerReferences = nil
+	foreign := owned.DeepCopy()
+	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: new(true)}}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}
+	want := []types.NamespacedName{{Namespace: "ns", Name: "w"}}
+	for name, tt := range map[string]struct {
+		pod  *corev1.Pod
+		want []types.NamespacedName
+	}{"owned": {owned, want}, "orphan": {orphan, want}, "foreign with the label": {foreign, want}, "unrelated": {plain, nil}} {
+		if got := podSets(tt.pod); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: sets %v, want %v", name, got, tt.want)
+		}
 	}
 }
