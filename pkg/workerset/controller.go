@@ -249,6 +249,7 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 	for i := range revisions.Items {
 		rev := &revisions.Items[i]
 		if !metav1.IsControlledBy(rev, set) {
+			s.otherRevisions = append(s.otherRevisions, rev) // an orphan, or an earlier set's
 			continue
 		}
 		s.revisions = append(s.revisions, rev)
@@ -305,12 +306,23 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 // syncRevision makes sure the ControllerRevision of the set's template exists and is the newest,
 // and fills in the scope's update and current revisions.
 func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
-	rp, err := planRevision(s.set, s.revisions)
-	if err != nil {
-		return err
-	}
-	if err := r.control.writeRevision(ctx, s, rp); err != nil {
-		return err
+	var rp *revisionPlan
+	for attempt := 0; ; attempt++ {
+		var err error
+		if rp, err = planRevision(s.set, s.revisions, s.otherRevisions); err != nil {
+			return err
+		}
+		err = r.control.writeRevision(ctx, s, rp)
+		var taken *errRevisionTaken
+		if errors.As(err, &taken) && attempt < 3 {
+			// Not in the cache with the set's label: plan again knowing it.
+			s.otherRevisions = append(s.otherRevisions, taken.existing)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	s.revision = rp.hash
 	s.collisionCount = rp.collisionCount

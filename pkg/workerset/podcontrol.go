@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -303,18 +304,58 @@ func (c *podControl) writeRevision(ctx context.Context, s *scope, rp *revisionPl
 	case rp.create != nil:
 		err := c.client.Create(ctx, rp.create)
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create controller revision %s: the cache is behind: %w", rp.create.Name, err)
+			return c.revisionTaken(ctx, s, rp.create.Name, err)
 		}
 		if err != nil {
 			return fmt.Errorf("create controller revision %s: %w", rp.create.Name, err)
 		}
 		s.revisions = append(s.revisions, rp.create)
+	case rp.adopt != nil:
+		// Optimistic-locked: a revision another controller claimed meanwhile is not taken over.
+		adopted := rp.adopt.DeepCopy()
+		patch := client.MergeFromWithOptions(rp.adopt, client.MergeFromWithOptimisticLock{})
+		adopted.OwnerReferences = append(adopted.OwnerReferences, *metav1.NewControllerRef(s.set, appsv1alpha1.GroupVersion.WithKind("WorkerSet")))
+		adopted.Revision = rp.adoptRevision
+		if adopted.Labels == nil {
+			adopted.Labels = map[string]string{}
+		}
+		for k, v := range selectorLabels(s.set) {
+			adopted.Labels[k] = v // so that the set's list by label finds it from now on
+		}
+		adopted.Labels[appsv1alpha1.RevisionLabel] = rp.hash
+		if err := c.client.Patch(ctx, adopted, patch); err != nil {
+			return fmt.Errorf("adopt controller revision %s: %w", adopted.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).V(2).Info("Adopted an orphan controller revision", "revision", klog.KObj(adopted))
+		s.revisions = append(s.revisions, adopted)
 	case rp.renumber != nil:
 		if err := c.client.Update(ctx, rp.renumber); err != nil {
 			return fmt.Errorf("renumber controller revision %s: %w", rp.renumber.Name, err)
 		}
 	}
 	return nil
+}
+
+// errRevisionTaken says a revision name is held by a revision the cache did not show as the set's.
+type errRevisionTaken struct{ existing *appsv1.ControllerRevision }
+
+func (e *errRevisionTaken) Error() string {
+	return fmt.Sprintf("controller revision %s exists and is not the set's", e.existing.Name)
+}
+
+// revisionTaken looks at the revision that holds a name the set just failed to create. If the set
+// controls it, the cache is merely behind; otherwise the caller plans again knowing it (adopt it,
+// or bump the collision count).
+func (c *podControl) revisionTaken(ctx context.Context, s *scope, name string, createErr error) error {
+	existing := &appsv1.ControllerRevision{}
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, existing)
+	switch {
+	case err != nil:
+		return fmt.Errorf("create controller revision %s: %w (and get it: %w)", name, createErr, err)
+	case metav1.IsControlledBy(existing, s.set):
+		return fmt.Errorf("create controller revision %s: the cache is behind: %w", name, createErr)
+	}
+	return &errRevisionTaken{existing: existing}
 }
 
 // truncateHistory deletes the revisions beyond revisionHistoryLimit that nothing uses.

@@ -28,7 +28,10 @@ type scope struct {
 	revision, currentRevision string
 	templates                 map[string]*corev1.PodTemplateSpec
 	revisions                 []*appsv1.ControllerRevision
-	collisionCount            *int32
+	// otherRevisions are revisions with the set's label that it does not control: orphans it may
+	// adopt, or an earlier set's awaiting the garbage collector.
+	otherRevisions []*appsv1.ControllerRevision
+	collisionCount *int32
 	// expandable says, per StorageClass name, whether it allows volume expansion.
 	expandable map[string]bool
 	// orphans are Pods with one of the set's names and its label that no controller owns: the
