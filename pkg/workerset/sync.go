@@ -17,6 +17,12 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
+// createsPerReconcile is the most Pods one reconcile builds and creates: its slow-start batches
+// 1, 2, 4, …, 256 (a failing batch stops the rest). A scale-up by more goes on in the next
+// reconcile, once the expectations show these creates; so a large replicas costs memory for one
+// round of Pods, never for all the missing ones at once.
+const createsPerReconcile = 511
+
 // scope is everything one reconcile of a set knows, read once from the cache.
 type scope struct {
 	set    *appsv1alpha1.WorkerSet
@@ -172,7 +178,10 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.conflicts = append(p.conflicts, why)
 			waiting = true
 		case !ok:
-			if ordered && waiting {
+			if (ordered && waiting) || len(p.creates) >= createsPerReconcile {
+				// Only the Pods this reconcile creates are built: the rest wait for the next,
+				// which the creates' watch events trigger.
+				waiting = true
 				continue
 			}
 			p.creates = append(p.creates, newPodCreate(s, ordinal))

@@ -314,3 +314,22 @@ func TestCreateWithClaims(t *testing.T) {
 		t.Errorf("claims created before each Pod (-want +got):\n%s", diff)
 	}
 }
+
+// TestDecideBuildsOneRoundOfCreates: a huge replicas must not make decide build a Pod for every
+// missing ordinal (2,000,000 deep-copied Pods exhaust the operator's memory): it builds only the
+// Pods this reconcile creates, the lowest missing ordinals, and still reports the scale-up.
+func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
+	set := newSet("w").replicas(20000).obj()
+	s := scopeFor(set, podsOf(set, podReady, 0, 2))
+	p := decide(s)
+	if len(p.creates) != createsPerReconcile {
+		t.Fatalf("%d creates planned, want one round of %d", len(p.creates), createsPerReconcile)
+	}
+	if first, last := p.creates[0].pod.Name, p.creates[len(p.creates)-1].pod.Name; first != "w-1" || last != fmt.Sprintf("w-%d", createsPerReconcile+1) {
+		t.Errorf("creates from %s to %s, want the lowest missing ordinals w-1 to w-%d", first, last, createsPerReconcile+1)
+	}
+	if p.progressReason != appsv1alpha1.ReasonScalingUp || p.progressMessage != "2 of 20000 Pods exist" {
+		t.Errorf("progress %s %q", p.progressReason, p.progressMessage)
+	}
+	checkInvariants(t, s, p)
+}
