@@ -144,7 +144,8 @@ func decide(s *scope) *plan {
 	planClaimOwners(s, p)
 	waiting := planWanted(s, p)
 	condemned, draining := planCondemned(s, p, waiting)
-	pending := planUpdate(s, p, waiting)
+	pending, replacing := planUpdate(s, p, waiting)
+	planUndrains(s, p, replacing)
 	planResizes(s, p)
 	planProgress(s, p, progress{condemned: condemned, draining: draining, waiting: waiting, pendingUpdate: pending})
 	return p
@@ -192,15 +193,26 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteFinished})
 			waiting = true
 		default:
-			if pod.Labels[appsv1alpha1.LifecycleLabel] != "" {
-				p.undrains = append(p.undrains, pod) // a scale-up cancelled its drain
-			}
 			if !isRunningAndReady(pod) {
 				waiting = true
 			}
 		}
 	}
 	return waiting
+}
+
+// planUndrains takes back the PreparingDelete mark of wanted Pods that are no longer to be
+// deleted: a scale-up cancelled their scale-down drain, or the update that was draining them no
+// longer replaces them (the template was reverted). replacing holds the UIDs of the Pods the
+// update keeps draining.
+func planUndrains(s *scope, p *plan, replacing map[types.UID]bool) {
+	for ordinal := range replicasOf(s.set) {
+		pod := s.pods[ordinal]
+		if pod == nil || pod.DeletionTimestamp != nil || pod.Labels[appsv1alpha1.LifecycleLabel] == "" || replacing[pod.UID] || p.deleting(pod) {
+			continue
+		}
+		p.undrains = append(p.undrains, pod)
+	}
 }
 
 // planCondemned drains and then deletes the Pods above replicas, highest ordinal first (one at a
@@ -226,27 +238,35 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 		}
 		condemned = condemned[:1]
 	}
-	timeout := drainTimeout(s.set)
 	for _, pod := range condemned {
-		switch {
-		case isFinished(pod) || timeout == 0:
+		if isFinished(pod) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-		case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
-			p.drains = append(p.drains, pod)
-			p.requeue(timeout)
+		} else if drainThenDelete(s, p, pod, deleteCondemned) {
 			draining++
-		case !hasDeleteHolds(pod):
-			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-		default:
-			if left := drainLeft(pod, timeout, s.now); left > 0 {
-				p.requeue(left)
-				draining++
-			} else {
-				p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-			}
 		}
 	}
 	return len(condemned), draining
+}
+
+// drainThenDelete deletes a Pod once it has drained (§2.3): it marks the Pod PreparingDelete,
+// then deletes it once no predelete.conveyor.dev/ label remains or the drain timeout has passed
+// (a timeout of 0 deletes at once). It reports whether the Pod is still draining.
+func drainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) (draining bool) {
+	timeout := drainTimeout(s.set)
+	switch {
+	case timeout == 0:
+	case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
+		p.drains = append(p.drains, pod)
+		p.requeue(timeout)
+		return true
+	case hasDeleteHolds(pod):
+		if left := drainLeft(pod, timeout, s.now); left > 0 {
+			p.requeue(left)
+			return true
+		}
+	}
+	p.deletes = append(p.deletes, podDelete{pod, reason})
+	return false
 }
 
 // planUpdate replaces Pods that are not on the update revision. RollingUpdate goes from the highest
@@ -254,8 +274,10 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 // time, all others Ready, under OrderedReady); OnDelete replaces nothing by itself. Under both, a
 // Pod that may be updated, is not on the update revision and is not Ready is replaced at once,
 // whatever maxUnavailable and the policy say: so reverting a bad template un-sticks a rollout with
-// no manual deletion (Kubernetes issue 67250). It returns how many Pods still await the update.
-func planUpdate(s *scope, p *plan, waiting bool) int {
+// no manual deletion (Kubernetes issue 67250). A Pod that carries pipelines (a
+// predelete.conveyor.dev/ label) is drained first, as on scale-down. It returns how many Pods
+// still await the update, and the UIDs of the Pods whose PreparingDelete mark it keeps.
+func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[types.UID]bool) {
 	replicas := replicasOf(s.set)
 	rolling := s.set.Spec.UpdateStrategy.Type != appsv1alpha1.OnDeleteWorkerSetStrategyType
 	partition := 0
@@ -281,7 +303,17 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 			}
 		}
 	}
-	slices.SortFunc(candidates, func(a, b *corev1.Pod) int { return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name) })
+	// Pods already draining for the update go first, so that they keep their place in the budget;
+	// then the highest ordinal first.
+	slices.SortFunc(candidates, func(a, b *corev1.Pod) int {
+		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
+			if da {
+				return -1
+			}
+			return 1
+		}
+		return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name)
+	})
 
 	budget := maxUnavailableOf(s.set, replicas) - unavailable
 	if orderedReady(s.set) && (waiting || unavailable > 0) {
@@ -290,22 +322,41 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 	if orderedReady(s.set) {
 		budget = min(budget, 1)
 	}
+	replacing = map[types.UID]bool{}
 	for _, pod := range candidates {
+		broken := !isRunningAndReady(pod)
+		if isPreparingDelete(pod) && (broken || rolling) {
+			replacing[pod.UID] = true // this strategy replaces it: its drain goes on
+		}
 		switch {
-		case !isRunningAndReady(pod):
-			p.deletes = append(p.deletes, podDelete{pod, deleteBrokenRollout})
+		case broken:
+			updateDrainThenDelete(s, p, pod, deleteBrokenRollout)
 		case rolling && budget > 0:
-			p.deletes = append(p.deletes, podDelete{pod, deleteUpdate})
+			updateDrainThenDelete(s, p, pod, deleteUpdate)
 			budget--
 		}
 	}
 	if !rolling {
-		return 0
+		return 0, replacing
 	}
 	if held > 0 {
 		p.pausedMessage = fmt.Sprintf("%d Pods below partition %d keep an older revision than %s", held, partition, s.revision)
 	}
-	return len(candidates)
+	return len(candidates), replacing
+}
+
+// updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after
+// a drain (drainThenDelete) when it has a predelete.conveyor.dev/ label or is already draining.
+func updateDrainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) {
+	if !hasDeleteHolds(pod) && !isPreparingDelete(pod) {
+		p.deletes = append(p.deletes, podDelete{pod, reason})
+		return
+	}
+	drainThenDelete(s, p, pod, reason)
+}
+
+func isPreparingDelete(pod *corev1.Pod) bool {
+	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }
 
 // progress is what the phases found still to do, for the Progressing condition.

@@ -215,3 +215,76 @@ func TestRolloutPausedAtThePartition(t *testing.T) {
 		t.Errorf("Progressing %+v", c)
 	}
 }
+
+// withHold puts a predelete.conveyor.dev/ label on Pods: they carry pipelines.
+func withHold(pods []*corev1.Pod) []*corev1.Pod {
+	for _, p := range pods {
+		p.Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
+	}
+	return pods
+}
+
+// TestUpdateDrainsPodsThatCarryPipelines: a rolling update or a broken-rollout replacement of a Pod
+// with a predelete.conveyor.dev/ label drains it first, as a scale-down does: mark PreparingDelete,
+// then delete once the label is gone or drainTimeoutSeconds has passed.
+func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
+	one := intstr.FromInt32(1)
+	r5 := newSet("w").replicas(5).rolling(0, one).obj()
+	zero := newSet("w").replicas(5).rolling(0, one).obj()
+	zero.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: new(int32)}
+	tests := []struct {
+		name        string
+		set         *appsv1alpha1.WorkerSet
+		pods        []*corev1.Pod
+		now         time.Time
+		wantDrain   []string
+		wantDelete  map[deleteReason][]string
+		wantUndrain []string
+	}{
+		{"a Pod with pipelines is marked, not deleted", r5,
+			concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), withHold(atRevision("old", podsOf(r5, podReady, 4)))),
+			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
+		{"a Pod without pipelines is replaced at once", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
+			testNow, nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a draining Pod waits for its hold", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podHeld, 4))),
+			testNow, nil, map[deleteReason][]string{}, nil},
+		{"a drained Pod whose hold is gone is replaced", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podDrained, 4))),
+			testNow.Add(time.Minute), nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a held Pod is replaced after the drain timeout", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podHeld, 4))),
+			testNow.Add(61 * time.Second), nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a draining Pod keeps its place in maxUnavailable", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 4)), atRevision("old", podsOf(r5, podHeld, 3))),
+			testNow, nil, map[deleteReason][]string{}, nil},
+		{"broken rollout: a not-Ready Pod with pipelines is drained too", r5,
+			concat(podsOf(r5, podReady, 0, 1, 2, 3), withHold(atRevision("bad", podsOf(r5, podPending, 4)))),
+			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
+		{"drainTimeoutSeconds 0 replaces at once", zero,
+			concat(atRevision("old", podsOf(zero, podReady, 0, 1, 2, 3)), withHold(atRevision("old", podsOf(zero, podReady, 4)))),
+			testNow, nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a reverted template takes the drain back", r5, concat(podsOf(r5, podReady, 0, 1, 2, 3), podsOf(r5, podHeld, 4)),
+			testNow, nil, map[deleteReason][]string{}, []string{"w-4"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := scopeFor(tt.set, tt.pods)
+			s.now = tt.now
+			p := decide(s)
+			if diff := cmp.Diff(tt.wantDelete, deletesByReason(p)); diff != "" {
+				t.Errorf("deletes (-want +got):\n%s", diff)
+			}
+			var drained, undrained []string
+			for _, pod := range p.drains {
+				drained = append(drained, pod.Name)
+			}
+			for _, pod := range p.undrains {
+				undrained = append(undrained, pod.Name)
+			}
+			if diff := cmp.Diff(tt.wantDrain, drained); diff != "" {
+				t.Errorf("drains (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantUndrain, undrained); diff != "" {
+				t.Errorf("undrains (-want +got):\n%s", diff)
+			}
+			checkInvariants(t, s, p)
+		})
+	}
+}
