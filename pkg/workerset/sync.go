@@ -248,20 +248,32 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 	return len(condemned), draining
 }
 
+// drainAckWindow is how long a Pod stays PreparingDelete, at least, before a delete that no
+// predelete.conveyor.dev/ label holds back: the time the Pipeline controller and the hold
+// controller get to see the mark and to label the Pod for a binding placed on it just before. The
+// reconcile that our own mark triggers must not take the missing label as consent.
+const drainAckWindow = 5 * time.Second
+
 // drainThenDelete deletes a Pod once it has drained (§2.3): it marks the Pod PreparingDelete,
-// then deletes it once no predelete.conveyor.dev/ label remains or the drain timeout has passed
-// (a timeout of 0 deletes at once). It reports whether the Pod is still draining.
+// then deletes it once it has been marked for drainAckWindow and no predelete.conveyor.dev/ label
+// remains, or once the drain timeout has passed (a timeout of 0 deletes at once). It reports
+// whether the Pod is still draining.
 func drainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) (draining bool) {
 	timeout := drainTimeout(s.set)
 	switch {
 	case timeout == 0:
 	case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
 		p.drains = append(p.drains, pod)
-		p.requeue(timeout)
+		p.requeue(min(drainAckWindow, timeout))
 		return true
 	case hasDeleteHolds(pod):
 		if left := drainLeft(pod, timeout, s.now); left > 0 {
 			p.requeue(left)
+			return true
+		}
+	default:
+		if left := drainLeft(pod, min(drainAckWindow, timeout), s.now); left > 0 {
+			p.requeue(left) // no hold yet, but too soon to tell
 			return true
 		}
 	}
