@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
@@ -285,6 +286,67 @@ func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
 				t.Errorf("undrains (-want +got):\n%s", diff)
 			}
 			checkInvariants(t, s, p)
+		})
+	}
+}
+
+// TestSimulatedDrainWithHolds runs rollouts and scale changes while a simulated hold controller
+// puts predelete labels on Ready Pods and takes them off draining Pods after a while, checking
+// after every step that no Pod is deleted while a hold is on it unless it has been PreparingDelete
+// for the whole drain timeout, and none without a hold before drainAckWindow.
+func TestSimulatedDrainWithHolds(t *testing.T) {
+	hold := appsv1alpha1.PreDeleteLabelPrefix + "pipelines"
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			set := newSet("w").replicas(int32(2+rng.IntN(4))).rolling(0, intstr.FromInt32(int32(1+rng.IntN(2)))).obj()
+			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
+			timeout := drainTimeout(set)
+			for i := range 400 {
+				w.s.now = testNow.Add(time.Duration(i) * time.Second)
+				switch {
+				case i%100 == 50:
+					rev := fmt.Sprint("v", i)
+					w.s.currentRevision, w.s.revision = w.s.revision, rev
+					w.s.templates[rev] = set.Spec.Template.DeepCopy()
+				case i < 300 && rng.IntN(40) == 0:
+					set.Spec.Replicas = ptr.To(int32(rng.IntN(6)))
+				}
+				p := decide(w.s)
+				checkInvariants(t, w.s, p)
+				for _, d := range p.deletes {
+					if isFinished(d.pod) {
+						continue
+					}
+					since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
+					marked := isPreparingDelete(d.pod)
+					switch {
+					case hasDeleteHolds(d.pod) && (!marked || w.s.now.Before(since.Add(timeout))):
+						t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", i, d.pod.Name, d.reason, marked, since)
+					case marked && w.s.now.Before(since.Add(drainAckWindow)):
+						t.Fatalf("step %d: %s deleted (%s) %v after its mark, before drainAckWindow", i, d.pod.Name, d.reason, w.s.now.Sub(since))
+					}
+				}
+				w.apply(p)
+				for _, pod := range p.drains {
+					pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: w.s.now.Format(time.RFC3339)}
+				}
+				for _, pod := range p.undrains {
+					delete(pod.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+				}
+				w.stepRollout()
+				// The hold controller: bindings land on Ready Pods that are not draining, and
+				// move away from draining ones after a while (sometimes never, within the timeout).
+				for _, pod := range w.s.pods {
+					switch {
+					case pod.DeletionTimestamp != nil:
+					case isPreparingDelete(pod) && rng.IntN(30) == 0:
+						delete(pod.Labels, hold)
+					case !isPreparingDelete(pod) && isRunningAndReady(pod) && rng.IntN(3) == 0:
+						pod.Labels[hold] = "true"
+					}
+				}
+			}
 		})
 	}
 }
