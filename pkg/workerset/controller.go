@@ -267,22 +267,7 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		return nil, fmt.Errorf("list pods by label: %w", err)
 	}
 	for _, pod := range slices.Concat(pods.Items, labelled.Items) {
-		ordinal := ordinalOf(set, pod.Name)
-		if ordinal < 0 {
-			continue
-		}
-		if metav1.IsControlledBy(&pod, set) {
-			s.pods[ordinal] = &pod
-			continue
-		}
-		if _, seen := s.taken[ordinal]; seen || slices.ContainsFunc(s.orphans, func(o *corev1.Pod) bool { return o.Name == pod.Name }) {
-			continue
-		}
-		if adopt, why := unownedPod(set, &pod); adopt {
-			s.orphans = append(s.orphans, &pod)
-		} else {
-			s.taken[ordinal] = why
-		}
+		s.addPod(&pod)
 	}
 	if len(set.Spec.VolumeClaimTemplates) > 0 {
 		claims := &corev1.PersistentVolumeClaimList{}
@@ -313,7 +298,7 @@ func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
 			return err
 		}
 		err = r.control.writeRevision(ctx, s, rp)
-		var taken *errRevisionTaken
+		var taken *revisionTakenError
 		if errors.As(err, &taken) && attempt < 3 {
 			// Not in the cache with the set's label: plan again knowing it.
 			s.otherRevisions = append(s.otherRevisions, taken.existing)
@@ -332,6 +317,24 @@ func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
 		s.currentRevision = s.revision
 	}
 	return nil
+}
+
+// addPod files a Pod with one of the set's names: the set's own, an orphan to adopt, or a Pod that
+// takes the name. A Pod may come twice (listed by owner and by label).
+func (s *scope) addPod(pod *corev1.Pod) {
+	ordinal := ordinalOf(s.set, pod.Name)
+	switch {
+	case ordinal < 0:
+	case metav1.IsControlledBy(pod, s.set):
+		s.pods[ordinal] = pod
+	case s.taken[ordinal] != "" || slices.ContainsFunc(s.orphans, func(o *corev1.Pod) bool { return o.Name == pod.Name }):
+	default:
+		if adopt, why := unownedPod(s.set, pod); adopt {
+			s.orphans = append(s.orphans, pod)
+		} else {
+			s.taken[ordinal] = why
+		}
+	}
 }
 
 // adoptOrphans makes the set the controller of the orphan Pods in the scope, as StatefulSet

@@ -336,10 +336,10 @@ func (c *podControl) writeRevision(ctx context.Context, s *scope, rp *revisionPl
 	return nil
 }
 
-// errRevisionTaken says a revision name is held by a revision the cache did not show as the set's.
-type errRevisionTaken struct{ existing *appsv1.ControllerRevision }
+// revisionTakenError says a revision name is held by a revision the cache did not show as the set's.
+type revisionTakenError struct{ existing *appsv1.ControllerRevision }
 
-func (e *errRevisionTaken) Error() string {
+func (e *revisionTakenError) Error() string {
 	return fmt.Sprintf("controller revision %s exists and is not the set's", e.existing.Name)
 }
 
@@ -355,7 +355,7 @@ func (c *podControl) revisionTaken(ctx context.Context, s *scope, name string, c
 	case metav1.IsControlledBy(existing, s.set):
 		return fmt.Errorf("create controller revision %s: the cache is behind: %w", name, createErr)
 	}
-	return &errRevisionTaken{existing: existing}
+	return &revisionTakenError{existing: existing}
 }
 
 // truncateHistory deletes the revisions beyond revisionHistoryLimit that nothing uses.

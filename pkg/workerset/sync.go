@@ -315,25 +315,8 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 			}
 		}
 	}
-	// Pods already draining for the update go first, so that they keep their place in the budget;
-	// then the highest ordinal first.
-	slices.SortFunc(candidates, func(a, b *corev1.Pod) int {
-		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
-			if da {
-				return -1
-			}
-			return 1
-		}
-		return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name)
-	})
-
-	budget := maxUnavailableOf(s.set, replicas) - unavailable
-	if orderedReady(s.set) && (waiting || unavailable > 0) {
-		budget = 0
-	}
-	if orderedReady(s.set) {
-		budget = min(budget, 1)
-	}
+	slices.SortFunc(candidates, updateOrder(s.set))
+	budget := updateBudget(s.set, replicas, unavailable, waiting)
 	replacing = map[types.UID]bool{}
 	for _, pod := range candidates {
 		broken := !isRunningAndReady(pod)
@@ -355,6 +338,33 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 		p.pausedMessage = fmt.Sprintf("%d Pods below partition %d keep an older revision than %s", held, partition, s.revision)
 	}
 	return len(candidates), replacing
+}
+
+// updateOrder orders the update's candidates: Pods already draining for the update first, so that
+// they keep their place in the budget; then the highest ordinal first.
+func updateOrder(set *appsv1alpha1.WorkerSet) func(a, b *corev1.Pod) int {
+	return func(a, b *corev1.Pod) int {
+		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
+			if da {
+				return -1
+			}
+			return 1
+		}
+		return ordinalOf(set, b.Name) - ordinalOf(set, a.Name)
+	}
+}
+
+// updateBudget is how many Ready Pods a rolling update may take down now: maxUnavailable less the
+// wanted Pods already unavailable; under OrderedReady one, and only while all others are healthy.
+func updateBudget(set *appsv1alpha1.WorkerSet, replicas, unavailable int, waiting bool) int {
+	budget := maxUnavailableOf(set, replicas) - unavailable
+	if orderedReady(set) && (waiting || unavailable > 0) {
+		budget = 0
+	}
+	if orderedReady(set) {
+		budget = min(budget, 1)
+	}
+	return budget
 }
 
 // updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after

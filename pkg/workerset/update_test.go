@@ -301,7 +301,6 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			set := newSet("w").replicas(int32(2+rng.IntN(4))).rolling(0, intstr.FromInt32(int32(1+rng.IntN(2)))).obj()
 			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
-			timeout := drainTimeout(set)
 			for i := range 400 {
 				w.s.now = testNow.Add(time.Duration(i) * time.Second)
 				switch {
@@ -314,19 +313,7 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 				}
 				p := decide(w.s)
 				checkInvariants(t, w.s, p)
-				for _, d := range p.deletes {
-					if isFinished(d.pod) {
-						continue
-					}
-					since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
-					marked := isPreparingDelete(d.pod)
-					switch {
-					case hasDeleteHolds(d.pod) && (!marked || w.s.now.Before(since.Add(timeout))):
-						t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", i, d.pod.Name, d.reason, marked, since)
-					case marked && w.s.now.Before(since.Add(drainAckWindow)):
-						t.Fatalf("step %d: %s deleted (%s) %v after its mark, before drainAckWindow", i, d.pod.Name, d.reason, w.s.now.Sub(since))
-					}
-				}
+				checkDrainedDeletes(t, w.s, p, i)
 				w.apply(p)
 				for _, pod := range p.drains {
 					pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: w.s.now.Format(time.RFC3339)}
@@ -335,18 +322,44 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 					delete(pod.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
 				}
 				w.stepRollout()
-				// The hold controller: bindings land on Ready Pods that are not draining, and
-				// move away from draining ones after a while (sometimes never, within the timeout).
-				for _, pod := range w.s.pods {
-					switch {
-					case pod.DeletionTimestamp != nil:
-					case isPreparingDelete(pod) && rng.IntN(30) == 0:
-						delete(pod.Labels, hold)
-					case !isPreparingDelete(pod) && isRunningAndReady(pod) && rng.IntN(3) == 0:
-						pod.Labels[hold] = "true"
-					}
-				}
+				w.stepHolds(hold)
 			}
 		})
+	}
+}
+
+// checkDrainedDeletes asserts that no Pod is deleted while a predelete label holds it unless it
+// has been PreparingDelete for the whole drain timeout, and none before drainAckWindow.
+func checkDrainedDeletes(t *testing.T, s *scope, p *plan, step int) {
+	t.Helper()
+	timeout := drainTimeout(s.set)
+	for _, d := range p.deletes {
+		if isFinished(d.pod) {
+			continue
+		}
+		since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
+		marked := isPreparingDelete(d.pod)
+		if hasDeleteHolds(d.pod) && (!marked || s.now.Before(since.Add(timeout))) {
+			t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", step, d.pod.Name, d.reason, marked, since)
+		}
+		if marked && s.now.Before(since.Add(drainAckWindow)) {
+			t.Fatalf("step %d: %s deleted (%s) %v after its mark, before drainAckWindow", step, d.pod.Name, d.reason, s.now.Sub(since))
+		}
+	}
+}
+
+// stepHolds plays the hold controller: bindings land on Ready Pods that are not draining, and move
+// away from draining ones after a while (sometimes not within the drain timeout).
+func (w *world) stepHolds(hold string) {
+	for _, pod := range w.s.pods {
+		switch {
+		case pod.DeletionTimestamp != nil:
+		case isPreparingDelete(pod):
+			if w.rng.IntN(30) == 0 {
+				delete(pod.Labels, hold)
+			}
+		case isRunningAndReady(pod) && w.rng.IntN(3) == 0:
+			pod.Labels[hold] = "true"
+		}
 	}
 }
