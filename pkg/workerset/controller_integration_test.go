@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -436,12 +437,17 @@ func TestIntegrationReplicasBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	gr := schema.GroupResource{Group: appsv1alpha1.GroupVersion.Group, Resource: "workersets"}
-	s, err := scales.Scales(ns).Get(context.Background(), gr, "b", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = 10001
-	if _, err := scales.Scales(ns).Update(context.Background(), gr, s, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+	// The controller writes the set's status meanwhile: retry a lost optimistic lock.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := scales.Scales(ns).Get(context.Background(), gr, "b", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = 10001
+		_, err = scales.Scales(ns).Update(context.Background(), gr, s, metav1.UpdateOptions{})
+		return err
+	})
+	if !apierrors.IsInvalid(err) {
 		t.Errorf("/scale to 10001: %v, want Invalid", err)
 	}
 }
