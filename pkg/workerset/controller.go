@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,12 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -39,6 +42,8 @@ const (
 	expectationsRecheck = 10 * time.Second
 	// conflictRequeue is how soon a reconcile that lost an update race runs again.
 	conflictRequeue = time.Second
+	// conflictRecheck is how soon a set looks again at a Pod name taken by a Pod it cannot adopt.
+	conflictRecheck = 30 * time.Second
 )
 
 // Reconciler reconciles WorkerSets.
@@ -71,7 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&appsv1alpha1.WorkerSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		Owns(&appsv1.ControllerRevision{}).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -93,6 +98,69 @@ func indexPodOwner(obj client.Object) []string {
 		return nil
 	}
 	return []string{ref.Name}
+}
+
+// podEvents handles the Pod watch: it settles expectations from the events themselves (as
+// upstream's ControllerExpectations), then enqueues the set that controls the Pod, or, for a Pod
+// with a set's label that the set does not control (an orphan to adopt, or a Pod holding one of
+// its names), the set the label names.
+func (r *Reconciler) podEvents() handler.EventHandler {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], pod client.Object) {
+		for _, key := range podSets(pod) {
+			q.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.Object); ok {
+				r.expectations.CreationObserved(key, e.Object.GetName())
+				if e.Object.GetDeletionTimestamp() != nil {
+					r.expectations.DeletionObserved(key, e.Object.GetUID())
+				}
+			}
+			enqueue(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.ObjectNew); ok && e.ObjectNew.GetDeletionTimestamp() != nil {
+				r.expectations.DeletionObserved(key, e.ObjectNew.GetUID())
+			}
+			enqueue(q, e.ObjectNew)
+			if e.ObjectOld != nil {
+				enqueue(q, e.ObjectOld) // a Pod released or adopted: both sets look
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if key, ok := podController(e.Object); ok {
+				r.expectations.DeletionObserved(key, e.Object.GetUID())
+			}
+			enqueue(q, e.Object)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+	}
+}
+
+// podController is the key of the WorkerSet that controls the Pod, if one does.
+func podController(pod client.Object) (types.NamespacedName, bool) {
+	names := indexPodOwner(pod)
+	if len(names) == 0 {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: pod.GetNamespace(), Name: names[0]}, true
+}
+
+// podSets are the sets a Pod event concerns: its controller, or, when a Pod with a set's label is
+// not controlled by that set, the set its label names.
+func podSets(pod client.Object) []types.NamespacedName {
+	var keys []types.NamespacedName
+	if key, ok := podController(pod); ok {
+		keys = append(keys, key)
+	}
+	if name := pod.GetLabels()[appsv1alpha1.WorkerSetLabel]; name != "" && !slices.Contains(indexPodOwner(pod), name) {
+		keys = append(keys, types.NamespacedName{Namespace: pod.GetNamespace(), Name: name})
+	}
+	return keys
 }
 
 // claimToSet maps a claim carrying the workerset label to its set.
@@ -131,8 +199,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.syncRevision(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.adoptOrphans(ctx, s); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			log.V(4).Info("An orphan Pod changed while being adopted", "err", err)
+			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		}
+		return ctrl.Result{}, err
+	}
 	p := decide(s)
 	writeErr := r.control.apply(ctx, s, p)
+	if len(p.conflicts) > 0 {
+		// A Pod the set cannot adopt holds a name; look again in case it went unseen (a Pod
+		// without the set's label does not trigger a reconcile when it goes).
+		p.requeue(conflictRecheck)
+	}
 	status, recheck := computeStatus(s, p, writeErr)
 	if writeErr == nil {
 		writeErr = r.control.truncateHistory(ctx, s, status.CurrentRevision)
@@ -159,6 +239,7 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		claims:     map[string]*corev1.PersistentVolumeClaim{},
 		templates:  map[string]*corev1.PodTemplateSpec{},
 		expandable: map[string]bool{},
+		taken:      map[int]string{},
 		now:        r.Now(),
 	}
 	revisions := &appsv1.ControllerRevisionList{}
@@ -168,6 +249,7 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 	for i := range revisions.Items {
 		rev := &revisions.Items[i]
 		if !metav1.IsControlledBy(rev, set) {
+			s.otherRevisions = append(s.otherRevisions, rev) // an orphan, or an earlier set's
 			continue
 		}
 		s.revisions = append(s.revisions, rev)
@@ -179,14 +261,13 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if !metav1.IsControlledBy(pod, set) {
-			continue // a Pod of an earlier set with the same name
-		}
-		if ordinal := ordinalOf(set, pod.Name); ordinal >= 0 {
-			s.pods[ordinal] = pod
-		}
+	// Pods with the set's label that it does not control: orphans to adopt, or names taken.
+	labelled := &corev1.PodList{}
+	if err := r.List(ctx, labelled, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+		return nil, fmt.Errorf("list pods by label: %w", err)
+	}
+	for _, pod := range slices.Concat(pods.Items, labelled.Items) {
+		s.addPod(&pod)
 	}
 	if len(set.Spec.VolumeClaimTemplates) > 0 {
 		claims := &corev1.PersistentVolumeClaimList{}
@@ -210,12 +291,23 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 // syncRevision makes sure the ControllerRevision of the set's template exists and is the newest,
 // and fills in the scope's update and current revisions.
 func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
-	rp, err := planRevision(s.set, s.revisions)
-	if err != nil {
-		return err
-	}
-	if err := r.control.writeRevision(ctx, s, rp); err != nil {
-		return err
+	var rp *revisionPlan
+	for attempt := 0; ; attempt++ {
+		var err error
+		if rp, err = planRevision(s.set, s.revisions, s.otherRevisions); err != nil {
+			return err
+		}
+		err = r.control.writeRevision(ctx, s, rp)
+		var taken *revisionTakenError
+		if errors.As(err, &taken) && attempt < 3 {
+			// Not in the cache with the set's label: plan again knowing it.
+			s.otherRevisions = append(s.otherRevisions, taken.existing)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	s.revision = rp.hash
 	s.collisionCount = rp.collisionCount
@@ -224,6 +316,38 @@ func (r *Reconciler) syncRevision(ctx context.Context, s *scope) error {
 	if _, ok := s.templates[s.currentRevision]; !ok {
 		s.currentRevision = s.revision
 	}
+	return nil
+}
+
+// addPod files a Pod with one of the set's names: the set's own, an orphan to adopt, or a Pod that
+// takes the name. A Pod may come twice (listed by owner and by label).
+func (s *scope) addPod(pod *corev1.Pod) {
+	ordinal := ordinalOf(s.set, pod.Name)
+	switch {
+	case ordinal < 0:
+	case metav1.IsControlledBy(pod, s.set):
+		s.pods[ordinal] = pod
+	case s.taken[ordinal] != "" || slices.ContainsFunc(s.orphans, func(o *corev1.Pod) bool { return o.Name == pod.Name }):
+	default:
+		if adopt, why := unownedPod(s.set, pod); adopt {
+			s.orphans = append(s.orphans, pod)
+		} else {
+			s.taken[ordinal] = why
+		}
+	}
+}
+
+// adoptOrphans makes the set the controller of the orphan Pods in the scope, as StatefulSet
+// adopts Pods that match its selector and have no controller, and adds them to the scope's Pods.
+func (r *Reconciler) adoptOrphans(ctx context.Context, s *scope) error {
+	for _, pod := range s.orphans {
+		adopted, err := r.control.adoptPod(ctx, s, pod)
+		if err != nil {
+			return err
+		}
+		s.pods[ordinalOf(s.set, pod.Name)] = adopted
+	}
+	s.orphans = nil
 	return nil
 }
 

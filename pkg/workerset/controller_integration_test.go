@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -407,4 +408,46 @@ func maps(m map[string]int) map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// TestIntegrationReplicasBound: the CRD rejects replicas above 10000, on create, on update and
+// through /scale (the subresource's result is validated against the schema), so no client can ask
+// the controller for more Pods than it is built for.
+func TestIntegrationReplicasBound(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	tooMany := newSet("big").replicas(10001).obj()
+	tooMany.Namespace, tooMany.UID, tooMany.Generation = ns, "", 0
+	if err := envK8s.Create(context.Background(), tooMany); !apierrors.IsInvalid(err) {
+		t.Fatalf("create with replicas 10001: %v, want Invalid", err)
+	}
+
+	createSet(t, ns, newSet("b").replicas(0).obj())
+	set := getSet(t, ns, "b")
+	patch := client.MergeFrom(set.DeepCopy())
+	set.Spec.Replicas = new(int32(10001))
+	if err := envK8s.Patch(context.Background(), set, patch); !apierrors.IsInvalid(err) {
+		t.Errorf("update to replicas 10001: %v, want Invalid", err)
+	}
+
+	dc := discovery.NewDiscoveryClientForConfigOrDie(envCfg)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	scales, err := scale.NewForConfig(envCfg, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(dc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := schema.GroupResource{Group: appsv1alpha1.GroupVersion.Group, Resource: "workersets"}
+	// The controller writes the set's status meanwhile: retry a lost optimistic lock.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := scales.Scales(ns).Get(context.Background(), gr, "b", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = 10001
+		_, err = scales.Scales(ns).Update(context.Background(), gr, s, metav1.UpdateOptions{})
+		return err
+	})
+	if !apierrors.IsInvalid(err) {
+		t.Errorf("/scale to 10001: %v, want Invalid", err)
+	}
 }

@@ -14,6 +14,11 @@ const expectationsTTL = 5 * time.Minute
 // expectations remembers, per WorkerSet, the Pods the controller created or deleted and has not yet
 // seen in its cache. While a set has any, the controller does not decide from the cache: the cache
 // may still show a Pod missing that it just created, or present that it just deleted.
+//
+// They are settled by the Pod watch events themselves, as upstream's ControllerExpectations
+// (CreationObserved on the add event, DeletionObserved when the Pod is marked terminating or
+// gone), and also by what a reconcile lists (Observe). The events matter: a Pod created and deleted
+// before any reconcile lists it is never in a list, but its add event is always delivered.
 type expectations struct {
 	mu   sync.Mutex
 	now  func() time.Time
@@ -65,6 +70,27 @@ func (e *expectations) CreationFailed(key types.NamespacedName, name string) {
 
 // DeletionFailed forgets a delete that the apiserver refused.
 func (e *expectations) DeletionFailed(key types.NamespacedName, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sets[key]; ok {
+		delete(s.deletes, uid)
+	}
+}
+
+// CreationObserved settles the create of the Pod name: the informer delivered the Pod's add event.
+// Called from the Pod event handler, so that a Pod created and deleted again before any reconcile
+// lists it still counts as seen.
+func (e *expectations) CreationObserved(key types.NamespacedName, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sets[key]; ok {
+		delete(s.creates, name)
+	}
+}
+
+// DeletionObserved settles the delete of the Pod with this UID: the informer delivered an update
+// that marks it terminating, or its delete event.
+func (e *expectations) DeletionObserved(key types.NamespacedName, uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s, ok := e.sets[key]; ok {

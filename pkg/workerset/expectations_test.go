@@ -38,6 +38,15 @@ func TestExpectations(t *testing.T) {
 		t.Fatal("a failed create must not be waited for")
 	}
 
+	// Watch events settle writes that no list may ever show: a Pod created and deleted at once.
+	e.ExpectCreate(key, "w-4")
+	e.ExpectDelete(key, "uid-4")
+	e.CreationObserved(key, "w-4")
+	e.DeletionObserved(key, "uid-4")
+	if !e.Observe(key, map[string]types.UID{"w-0": "uid-0", "w-4": "uid-4"}) {
+		t.Fatal("not satisfied although the watch events showed both writes")
+	}
+
 	e.ExpectCreate(key, "w-3")
 	now = now.Add(expectationsTTL + time.Second)
 	if !e.Observe(key, nil) {

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +30,7 @@ const (
 	eventDraining         = "Draining"
 	eventDrainCancelled   = "DrainCancelled"
 	eventResized          = "ResizedClaim"
+	eventAdopted          = "Adopted"
 )
 
 // slowStartInitialBatch is the size of the first batch of creates or deletes; each later batch
@@ -57,7 +60,7 @@ func isDeleteError(err error) bool {
 func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	done := &successes{}
 	defer done.emit(c.recorder, s.set)
-	blocked := map[string]bool{} // condemned Pods whose claims could not be handed over
+	blocked := map[string]bool{} // Pods whose claims do not yet have the owners the policy says
 	var errs []error
 	for _, u := range p.claimOwners {
 		if err := c.updateClaimOwners(ctx, s, u); err != nil {
@@ -101,6 +104,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 			errs = append(errs, err)
 		}
 	}
+	p.conflicts = append(p.conflicts, done.conflicts...)
 	return errors.Join(errs...)
 }
 
@@ -154,14 +158,56 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate, done
 		done.add(successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}, pc.pod.Name)
 		return nil
 	case apierrors.IsAlreadyExists(err):
-		// The cache is behind: the Pod exists, and the expectation is met once the cache shows it.
-		return nil
+		// Nothing was created, so nothing is to be observed: a Pod that never shows up in the
+		// cache as ours must not hold the set back.
+		c.expectations.CreationFailed(s.key, pc.pod.Name)
+		return c.takenName(ctx, s, pc.pod.Name, done)
 	default:
 		c.expectations.CreationFailed(s.key, pc.pod.Name)
 		c.recorder.Eventf(s.set, pc.pod, corev1.EventTypeWarning, eventFailedCreate, "CreatePod",
 			"create Pod %s in WorkerSet %s failed error: %s", pc.pod.Name, s.set.Name, err)
 		return fmt.Errorf("create pod %s: %w", pc.pod.Name, err)
 	}
+}
+
+// takenName looks at the Pod that holds a name the set just failed to create. If the set controls
+// it, the cache is merely behind. Otherwise it is reported as a conflict, and the creates of the
+// other ordinals go on: the set adopts the Pod once the cache shows it as an orphan with its
+// label, or waits for it to go.
+func (c *podControl) takenName(ctx context.Context, s *scope, name string, done *successes) error {
+	pod := &corev1.Pod{}
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // in the API but not yet in the cache: the next reconcile sees it
+	case err != nil:
+		return fmt.Errorf("get pod %s after AlreadyExists: %w", name, err)
+	case metav1.IsControlledBy(pod, s.set):
+		return nil
+	}
+	adopt, why := unownedPod(s.set, pod)
+	if adopt {
+		why = fmt.Sprintf("Pod %s has no controller and will be adopted by WorkerSet %s", name, s.set.Name)
+	}
+	done.conflict(why)
+	c.recorder.Eventf(s.set, pod, corev1.EventTypeWarning, eventFailedCreate, "CreatePod",
+		"create Pod %s in WorkerSet %s failed: %s", name, s.set.Name, why)
+	return nil
+}
+
+// adoptPod makes the set the controller of an orphan Pod. The patch is optimistic-locked: a Pod
+// that changed since it was read (another controller may have claimed it) is not adopted.
+func (c *podControl) adoptPod(ctx context.Context, s *scope, pod *corev1.Pod) (*corev1.Pod, error) {
+	adopted := pod.DeepCopy()
+	patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
+	adopted.OwnerReferences = append(adopted.OwnerReferences, *metav1.NewControllerRef(s.set, appsv1alpha1.GroupVersion.WithKind("WorkerSet")))
+	if err := c.client.Patch(ctx, adopted, patch); err != nil {
+		return nil, fmt.Errorf("adopt pod %s: %w", pod.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Adopted an orphan Pod", "pod", klog.KObj(pod))
+	c.recorder.Eventf(s.set, adopted, corev1.EventTypeNormal, eventAdopted, "AdoptPod",
+		"Pod %s had no controller and carries the label %s=%s: adopted by WorkerSet %s", pod.Name, appsv1alpha1.WorkerSetLabel, s.set.Name, s.set.Name)
+	return adopted, nil
 }
 
 // deletePod deletes a Pod, preconditioned on its UID so a newer Pod of the same name is never
@@ -258,18 +304,58 @@ func (c *podControl) writeRevision(ctx context.Context, s *scope, rp *revisionPl
 	case rp.create != nil:
 		err := c.client.Create(ctx, rp.create)
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create controller revision %s: the cache is behind: %w", rp.create.Name, err)
+			return c.revisionTaken(ctx, s, rp.create.Name, err)
 		}
 		if err != nil {
 			return fmt.Errorf("create controller revision %s: %w", rp.create.Name, err)
 		}
 		s.revisions = append(s.revisions, rp.create)
+	case rp.adopt != nil:
+		// Optimistic-locked: a revision another controller claimed meanwhile is not taken over.
+		adopted := rp.adopt.DeepCopy()
+		patch := client.MergeFromWithOptions(rp.adopt, client.MergeFromWithOptimisticLock{})
+		adopted.OwnerReferences = append(adopted.OwnerReferences, *metav1.NewControllerRef(s.set, appsv1alpha1.GroupVersion.WithKind("WorkerSet")))
+		adopted.Revision = rp.adoptRevision
+		if adopted.Labels == nil {
+			adopted.Labels = map[string]string{}
+		}
+		for k, v := range selectorLabels(s.set) {
+			adopted.Labels[k] = v // so that the set's list by label finds it from now on
+		}
+		adopted.Labels[appsv1alpha1.RevisionLabel] = rp.hash
+		if err := c.client.Patch(ctx, adopted, patch); err != nil {
+			return fmt.Errorf("adopt controller revision %s: %w", adopted.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).V(2).Info("Adopted an orphan controller revision", "revision", klog.KObj(adopted))
+		s.revisions = append(s.revisions, adopted)
 	case rp.renumber != nil:
 		if err := c.client.Update(ctx, rp.renumber); err != nil {
 			return fmt.Errorf("renumber controller revision %s: %w", rp.renumber.Name, err)
 		}
 	}
 	return nil
+}
+
+// revisionTakenError says a revision name is held by a revision the cache did not show as the set's.
+type revisionTakenError struct{ existing *appsv1.ControllerRevision }
+
+func (e *revisionTakenError) Error() string {
+	return fmt.Sprintf("controller revision %s exists and is not the set's", e.existing.Name)
+}
+
+// revisionTaken looks at the revision that holds a name the set just failed to create. If the set
+// controls it, the cache is merely behind; otherwise the caller plans again knowing it (adopt it,
+// or bump the collision count).
+func (c *podControl) revisionTaken(ctx context.Context, s *scope, name string, createErr error) error {
+	existing := &appsv1.ControllerRevision{}
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, existing)
+	switch {
+	case err != nil:
+		return fmt.Errorf("create controller revision %s: %w (and get it: %w)", name, createErr, err)
+	case metav1.IsControlledBy(existing, s.set):
+		return fmt.Errorf("create controller revision %s: the cache is behind: %w", name, createErr)
+	}
+	return &revisionTakenError{existing: existing}
 }
 
 // truncateHistory deletes the revisions beyond revisionHistoryLimit that nothing uses.
@@ -301,6 +387,14 @@ type successes struct {
 	mu    sync.Mutex
 	order []successKey
 	names map[successKey][]string
+	// conflicts are the names the set could not create because a Pod it cannot adopt holds them.
+	conflicts []string
+}
+
+func (s *successes) conflict(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conflicts = append(s.conflicts, why)
 }
 
 func (s *successes) add(k successKey, name string) {

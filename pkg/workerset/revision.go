@@ -57,16 +57,22 @@ func revisionTemplate(rev *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, 
 // so that it exists and is the newest: create it, renumber an equal earlier one (a rollback), or
 // bump the collision count because another template took the name.
 type revisionPlan struct {
-	hash           string
-	create         *appsv1.ControllerRevision
-	renumber       *appsv1.ControllerRevision // an equal earlier revision, to become the newest
+	hash     string
+	create   *appsv1.ControllerRevision
+	renumber *appsv1.ControllerRevision // an equal earlier revision, to become the newest
+	// adopt is an equal revision that no controller owns (its set was deleted with
+	// --cascade=orphan), as read, to be adopted and renumbered adoptRevision, the newest.
+	adopt          *appsv1.ControllerRevision
+	adoptRevision  int64
 	collisionCount *int32
 }
 
 // planRevision finds or makes the revision of the set's template among the set's revisions. Equal
 // templates hash equal, so a rollback to an earlier template reuses that template's revision;
-// a name taken by a different template bumps the collision count, as upstream.
-func planRevision(set *appsv1alpha1.WorkerSet, revisions []*appsv1.ControllerRevision) (*revisionPlan, error) {
+// a name taken by a different template bumps the collision count, as upstream. others are the
+// revisions that may hold a name and that the set does not control: one with no controller and
+// the set's template is adopted, any other bumps the collision count.
+func planRevision(set *appsv1alpha1.WorkerSet, revisions, others []*appsv1.ControllerRevision) (*revisionPlan, error) {
 	collisions := set.Status.CollisionCount
 	latest := int64(0)
 	byName := map[string]*appsv1.ControllerRevision{}
@@ -74,25 +80,33 @@ func planRevision(set *appsv1alpha1.WorkerSet, revisions []*appsv1.ControllerRev
 		byName[r.Name] = r
 		latest = max(latest, r.Revision)
 	}
+	otherByName := map[string]*appsv1.ControllerRevision{}
+	for _, r := range others {
+		otherByName[r.Name] = r
+	}
 	for range 100 {
 		hash := templateHash(&set.Spec.Template, collisions)
-		existing, ok := byName[revisionName(set, hash)]
-		if !ok {
-			rev, err := newRevision(set, hash, latest+1)
-			if err != nil {
-				return nil, err
-			}
-			return &revisionPlan{hash: hash, create: rev, collisionCount: collisions}, nil
-		}
-		tmpl, err := revisionTemplate(existing)
-		if err == nil && apiequality.Semantic.DeepEqual(tmpl, &set.Spec.Template) {
+		name := revisionName(set, hash)
+		existing, ours := byName[name]
+		other, taken := otherByName[name]
+		switch {
+		case ours && sameTemplate(existing, set):
 			p := &revisionPlan{hash: hash, collisionCount: collisions}
 			if existing.Revision < latest {
 				p.renumber = existing.DeepCopy()
 				p.renumber.Revision = latest + 1
 			}
 			return p, nil
+		case !ours && taken && metav1.GetControllerOf(other) == nil && sameTemplate(other, set):
+			return &revisionPlan{hash: hash, collisionCount: collisions, adopt: other, adoptRevision: latest + 1}, nil
+		case !ours && !taken:
+			rev, err := newRevision(set, hash, latest+1)
+			if err != nil {
+				return nil, err
+			}
+			return &revisionPlan{hash: hash, create: rev, collisionCount: collisions}, nil
 		}
+		// The name holds a different template, or a revision another controller owns.
 		next := int32(1)
 		if collisions != nil {
 			next = *collisions + 1
@@ -100,6 +114,12 @@ func planRevision(set *appsv1alpha1.WorkerSet, revisions []*appsv1.ControllerRev
 		collisions = &next
 	}
 	return nil, fmt.Errorf("no free revision name for the template after 100 hash collisions")
+}
+
+// sameTemplate says the revision stores the set's template.
+func sameTemplate(rev *appsv1.ControllerRevision, set *appsv1alpha1.WorkerSet) bool {
+	tmpl, err := revisionTemplate(rev)
+	return err == nil && apiequality.Semantic.DeepEqual(tmpl, &set.Spec.Template)
 }
 
 // historyToDelete returns the revisions beyond revisionHistoryLimit, oldest first: revisions that

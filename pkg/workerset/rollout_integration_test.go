@@ -125,10 +125,15 @@ func TestIntegrationRevisionsRollbackAndHistory(t *testing.T) {
 		t.Fatalf("rollback created a revision: %d before, %d after", len(before), len(after))
 	}
 	newest := after[len(after)-1]
-	st := getSet(t, ns, "r").Status
-	if newest.Labels[appsv1alpha1.RevisionLabel] != st.UpdateRevision || st.CurrentRevision != st.UpdateRevision {
-		t.Fatalf("newest revision %s (%d), status current %s update %s", newest.Name, newest.Revision, st.CurrentRevision, st.UpdateRevision)
-	}
+	// The status is written after the Pods change: wait for it.
+	var st appsv1alpha1.WorkerSetStatus
+	eventually(t, "status names the newest revision as current and update", func() error {
+		st = getSet(t, ns, "r").Status
+		if newest.Labels[appsv1alpha1.RevisionLabel] != st.UpdateRevision || st.CurrentRevision != st.UpdateRevision {
+			return fmt.Errorf("newest revision %s (%d), status current %s update %s", newest.Name, newest.Revision, st.CurrentRevision, st.UpdateRevision)
+		}
+		return nil
+	})
 	if st.UpdateRevision == first {
 		t.Fatalf("update revision still the first one")
 	}

@@ -2,6 +2,7 @@ package workerset
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -68,13 +69,21 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 		setCondition(&st, appsv1alpha1.WorkerSetProgressing, metav1.ConditionFalse, appsv1alpha1.ReasonReconciled,
 			fmt.Sprintf("the set has the %d Pods it asks for", replicas), gen)
 	}
-	if writeErr != nil {
+	conflicts := conflictMessage(p.conflicts)
+	switch {
+	case writeErr != nil:
 		reason := appsv1alpha1.ReasonCreateFailed
 		if isDeleteError(writeErr) {
 			reason = appsv1alpha1.ReasonDeleteFailed
 		}
-		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionTrue, reason, writeErr.Error(), gen)
-	} else {
+		message := writeErr.Error()
+		if conflicts != "" {
+			message += "; " + conflicts
+		}
+		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionTrue, reason, message, gen)
+	case conflicts != "":
+		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionTrue, appsv1alpha1.ReasonPodConflict, conflicts, gen)
+	default:
 		setCondition(&st, appsv1alpha1.WorkerSetReplicaFailure, metav1.ConditionFalse, appsv1alpha1.ReasonNoFailure,
 			"every Pod and claim write succeeded", gen)
 	}
@@ -85,4 +94,15 @@ func setCondition(st *appsv1alpha1.WorkerSetStatus, typ string, status metav1.Co
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: gen,
 	})
+}
+
+// conflictNames is the most Pod conflicts the ReplicaFailure message spells out.
+const conflictNames = 5
+
+// conflictMessage joins the conflicts, the first few in full.
+func conflictMessage(conflicts []string) string {
+	if len(conflicts) <= conflictNames {
+		return strings.Join(conflicts, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more Pods with the set's names that it cannot adopt", strings.Join(conflicts[:conflictNames], "; "), len(conflicts)-conflictNames)
 }

@@ -17,6 +17,12 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
+// createsPerReconcile is the most Pods one reconcile builds and creates: its slow-start batches
+// 1, 2, 4, …, 256 (a failing batch stops the rest). A scale-up by more goes on in the next
+// reconcile, once the expectations show these creates; so a large replicas costs memory for one
+// round of Pods, never for all the missing ones at once.
+const createsPerReconcile = 511
+
 // scope is everything one reconcile of a set knows, read once from the cache.
 type scope struct {
 	set    *appsv1alpha1.WorkerSet
@@ -28,10 +34,18 @@ type scope struct {
 	revision, currentRevision string
 	templates                 map[string]*corev1.PodTemplateSpec
 	revisions                 []*appsv1.ControllerRevision
-	collisionCount            *int32
+	// otherRevisions are revisions with the set's label that it does not control: orphans it may
+	// adopt, or an earlier set's awaiting the garbage collector.
+	otherRevisions []*appsv1.ControllerRevision
+	collisionCount *int32
 	// expandable says, per StorageClass name, whether it allows volume expansion.
 	expandable map[string]bool
-	now        time.Time
+	// orphans are Pods with one of the set's names and its label that no controller owns: the
+	// controller adopts them before deciding. taken says, per ordinal, why a Pod the set does not
+	// control and cannot adopt holds that ordinal's name; nothing is created there meanwhile.
+	orphans []*corev1.Pod
+	taken   map[int]string
+	now     time.Time
 }
 
 // deleteReason says why a Pod is deleted, for Events and tests.
@@ -60,6 +74,10 @@ type plan struct {
 	// pausedMessage, when the set has nothing left to do, says that Pods below the partition keep
 	// an older revision.
 	pausedMessage string
+	// conflicts name the Pods that hold one of the set's names and that it cannot adopt, each
+	// with why, for the ReplicaFailure condition; decide finds those it can see in the cache,
+	// apply those whose create met AlreadyExists.
+	conflicts []string
 }
 
 // podCreate is a Pod to create and the claims that must exist before it.
@@ -79,7 +97,8 @@ type podDelete struct {
 type claimOwnerUpdate struct {
 	claim  *corev1.PersistentVolumeClaim
 	owners []metav1.OwnerReference
-	// forPod is the Pod whose deletion must wait for this update; empty for wanted Pods.
+	// forPod is the Pod whose deletion must wait for this update (a failed update blocks it);
+	// empty when the ordinal has no Pod.
 	forPod string
 }
 
@@ -125,7 +144,8 @@ func decide(s *scope) *plan {
 	planClaimOwners(s, p)
 	waiting := planWanted(s, p)
 	condemned, draining := planCondemned(s, p, waiting)
-	pending := planUpdate(s, p, waiting)
+	pending, replacing := planUpdate(s, p, waiting)
+	planUndrains(s, p, replacing)
 	planResizes(s, p)
 	planProgress(s, p, progress{condemned: condemned, draining: draining, waiting: waiting, pendingUpdate: pending})
 	return p
@@ -153,9 +173,16 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 	ordered := orderedReady(s.set)
 	for ordinal := range replicasOf(s.set) {
 		pod, ok := s.pods[ordinal]
+		why, taken := s.taken[ordinal]
 		switch {
+		case !ok && taken:
+			p.conflicts = append(p.conflicts, why)
+			waiting = true
 		case !ok:
-			if ordered && waiting {
+			if (ordered && waiting) || len(p.creates) >= createsPerReconcile {
+				// Only the Pods this reconcile creates are built: the rest wait for the next,
+				// which the creates' watch events trigger.
+				waiting = true
 				continue
 			}
 			p.creates = append(p.creates, newPodCreate(s, ordinal))
@@ -166,15 +193,26 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteFinished})
 			waiting = true
 		default:
-			if pod.Labels[appsv1alpha1.LifecycleLabel] != "" {
-				p.undrains = append(p.undrains, pod) // a scale-up cancelled its drain
-			}
 			if !isRunningAndReady(pod) {
 				waiting = true
 			}
 		}
 	}
 	return waiting
+}
+
+// planUndrains takes back the PreparingDelete mark of wanted Pods that are no longer to be
+// deleted: a scale-up cancelled their scale-down drain, or the update that was draining them no
+// longer replaces them (the template was reverted). replacing holds the UIDs of the Pods the
+// update keeps draining.
+func planUndrains(s *scope, p *plan, replacing map[types.UID]bool) {
+	for ordinal := range replicasOf(s.set) {
+		pod := s.pods[ordinal]
+		if pod == nil || pod.DeletionTimestamp != nil || pod.Labels[appsv1alpha1.LifecycleLabel] == "" || replacing[pod.UID] || p.deleting(pod) {
+			continue
+		}
+		p.undrains = append(p.undrains, pod)
+	}
 }
 
 // planCondemned drains and then deletes the Pods above replicas, highest ordinal first (one at a
@@ -200,27 +238,47 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 		}
 		condemned = condemned[:1]
 	}
-	timeout := drainTimeout(s.set)
 	for _, pod := range condemned {
-		switch {
-		case isFinished(pod) || timeout == 0:
+		if isFinished(pod) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-		case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
-			p.drains = append(p.drains, pod)
-			p.requeue(timeout)
+		} else if drainThenDelete(s, p, pod, deleteCondemned) {
 			draining++
-		case !hasDeleteHolds(pod):
-			p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-		default:
-			if left := drainLeft(pod, timeout, s.now); left > 0 {
-				p.requeue(left)
-				draining++
-			} else {
-				p.deletes = append(p.deletes, podDelete{pod, deleteCondemned})
-			}
 		}
 	}
 	return len(condemned), draining
+}
+
+// drainAckWindow is how long a Pod stays PreparingDelete, at least, before a delete that no
+// predelete.conveyor.dev/ label holds back: the time the Pipeline controller and the hold
+// controller get to see the mark and to label the Pod for a binding placed on it just before. The
+// reconcile that our own mark triggers must not take the missing label as consent.
+const drainAckWindow = 5 * time.Second
+
+// drainThenDelete deletes a Pod once it has drained (§2.3): it marks the Pod PreparingDelete,
+// then deletes it once it has been marked for drainAckWindow and no predelete.conveyor.dev/ label
+// remains, or once the drain timeout has passed (a timeout of 0 deletes at once). It reports
+// whether the Pod is still draining.
+func drainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) (draining bool) {
+	timeout := drainTimeout(s.set)
+	switch {
+	case timeout == 0:
+	case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
+		p.drains = append(p.drains, pod)
+		p.requeue(min(drainAckWindow, timeout))
+		return true
+	case hasDeleteHolds(pod):
+		if left := drainLeft(pod, timeout, s.now); left > 0 {
+			p.requeue(left)
+			return true
+		}
+	default:
+		if left := drainLeft(pod, min(drainAckWindow, timeout), s.now); left > 0 {
+			p.requeue(left) // no hold yet, but too soon to tell
+			return true
+		}
+	}
+	p.deletes = append(p.deletes, podDelete{pod, reason})
+	return false
 }
 
 // planUpdate replaces Pods that are not on the update revision. RollingUpdate goes from the highest
@@ -228,8 +286,10 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 // time, all others Ready, under OrderedReady); OnDelete replaces nothing by itself. Under both, a
 // Pod that may be updated, is not on the update revision and is not Ready is replaced at once,
 // whatever maxUnavailable and the policy say: so reverting a bad template un-sticks a rollout with
-// no manual deletion (Kubernetes issue 67250). It returns how many Pods still await the update.
-func planUpdate(s *scope, p *plan, waiting bool) int {
+// no manual deletion (Kubernetes issue 67250). A Pod that carries pipelines (a
+// predelete.conveyor.dev/ label) is drained first, as on scale-down. It returns how many Pods
+// still await the update, and the UIDs of the Pods whose PreparingDelete mark it keeps.
+func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[types.UID]bool) {
 	replicas := replicasOf(s.set)
 	rolling := s.set.Spec.UpdateStrategy.Type != appsv1alpha1.OnDeleteWorkerSetStrategyType
 	partition := 0
@@ -255,31 +315,70 @@ func planUpdate(s *scope, p *plan, waiting bool) int {
 			}
 		}
 	}
-	slices.SortFunc(candidates, func(a, b *corev1.Pod) int { return ordinalOf(s.set, b.Name) - ordinalOf(s.set, a.Name) })
-
-	budget := maxUnavailableOf(s.set, replicas) - unavailable
-	if orderedReady(s.set) && (waiting || unavailable > 0) {
-		budget = 0
-	}
-	if orderedReady(s.set) {
-		budget = min(budget, 1)
-	}
+	slices.SortFunc(candidates, updateOrder(s.set))
+	budget := updateBudget(s.set, replicas, unavailable, waiting)
+	replacing = map[types.UID]bool{}
 	for _, pod := range candidates {
+		broken := !isRunningAndReady(pod)
+		if isPreparingDelete(pod) && (broken || rolling) {
+			replacing[pod.UID] = true // this strategy replaces it: its drain goes on
+		}
 		switch {
-		case !isRunningAndReady(pod):
-			p.deletes = append(p.deletes, podDelete{pod, deleteBrokenRollout})
+		case broken:
+			updateDrainThenDelete(s, p, pod, deleteBrokenRollout)
 		case rolling && budget > 0:
-			p.deletes = append(p.deletes, podDelete{pod, deleteUpdate})
+			updateDrainThenDelete(s, p, pod, deleteUpdate)
 			budget--
 		}
 	}
 	if !rolling {
-		return 0
+		return 0, replacing
 	}
 	if held > 0 {
 		p.pausedMessage = fmt.Sprintf("%d Pods below partition %d keep an older revision than %s", held, partition, s.revision)
 	}
-	return len(candidates)
+	return len(candidates), replacing
+}
+
+// updateOrder orders the update's candidates: Pods already draining for the update first, so that
+// they keep their place in the budget; then the highest ordinal first.
+func updateOrder(set *appsv1alpha1.WorkerSet) func(a, b *corev1.Pod) int {
+	return func(a, b *corev1.Pod) int {
+		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
+			if da {
+				return -1
+			}
+			return 1
+		}
+		return ordinalOf(set, b.Name) - ordinalOf(set, a.Name)
+	}
+}
+
+// updateBudget is how many Ready Pods a rolling update may take down now: maxUnavailable less the
+// wanted Pods already unavailable; under OrderedReady one, and only while all others are healthy.
+func updateBudget(set *appsv1alpha1.WorkerSet, replicas, unavailable int, waiting bool) int {
+	budget := maxUnavailableOf(set, replicas) - unavailable
+	if orderedReady(set) && (waiting || unavailable > 0) {
+		budget = 0
+	}
+	if orderedReady(set) {
+		budget = min(budget, 1)
+	}
+	return budget
+}
+
+// updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after
+// a drain (drainThenDelete) when it has a predelete.conveyor.dev/ label or is already draining.
+func updateDrainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) {
+	if !hasDeleteHolds(pod) && !isPreparingDelete(pod) {
+		p.deletes = append(p.deletes, podDelete{pod, reason})
+		return
+	}
+	drainThenDelete(s, p, pod, reason)
+}
+
+func isPreparingDelete(pod *corev1.Pod) bool {
+	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }
 
 // progress is what the phases found still to do, for the Progressing condition.
@@ -525,7 +624,10 @@ func claimOwnerUpdates(s *scope, ordinal int, pod *corev1.Pod, condemned bool) [
 			continue
 		}
 		update := claimOwnerUpdate{claim: claim, owners: want}
-		if condemned {
+		if pod != nil {
+			// Wanted or condemned, the Pod must not be deleted before its claim has the owners
+			// the policy says: a wanted Pod that still owns its claim (a cancelled scale-down)
+			// would take the claim with it.
 			update.forPod = pod.Name
 		}
 		updates = append(updates, update)
@@ -538,6 +640,24 @@ func ownersEqual(a, b []metav1.OwnerReference) bool {
 		return true
 	}
 	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// unownedPod classifies a Pod that has one of the set's names but is not controlled by it: an
+// orphan to adopt (no controller, the set's label, not terminating, as upstream's ClaimObject), or
+// why its name is taken.
+func unownedPod(set *appsv1alpha1.WorkerSet, pod *corev1.Pod) (adopt bool, why string) {
+	ref := metav1.GetControllerOf(pod)
+	switch {
+	case ref != nil && ref.Kind == "WorkerSet" && ref.Name == set.Name:
+		return false, fmt.Sprintf("Pod %s belongs to an earlier WorkerSet %s (uid %s) and waits for the garbage collector", pod.Name, set.Name, ref.UID)
+	case ref != nil:
+		return false, fmt.Sprintf("Pod %s is controlled by %s %s, not by WorkerSet %s; delete it or rename the set", pod.Name, ref.Kind, ref.Name, set.Name)
+	case pod.Labels[appsv1alpha1.WorkerSetLabel] != set.Name:
+		return false, fmt.Sprintf("Pod %s has no controller but lacks the label %s=%s, so WorkerSet %s does not adopt it; label or delete it", pod.Name, appsv1alpha1.WorkerSetLabel, set.Name, set.Name)
+	case pod.DeletionTimestamp != nil:
+		return false, fmt.Sprintf("Pod %s has no controller and is terminating; WorkerSet %s recreates it once it is gone", pod.Name, set.Name)
+	}
+	return true, ""
 }
 
 // isFinished says the Pod's containers have all stopped for good: it must be replaced.

@@ -66,7 +66,7 @@ const (
 	podReady
 	podFailed
 	podTerminating
-	podDrained // Ready, and PreparingDelete since testNow
+	podDrained // Ready, and PreparingDelete since 10 s before testNow (past drainAckWindow)
 	podHeld    // drained, and held by a predelete label
 )
 
@@ -97,7 +97,11 @@ func setPodState(pod *corev1.Pod, state podState) {
 	case podDrained, podHeld:
 		setPodState(pod, podReady)
 		pod.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
-		pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: testNow.Format(time.RFC3339)}
+		since := testNow
+		if state == podDrained {
+			since = testNow.Add(-10 * time.Second)
+		}
+		pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: since.Format(time.RFC3339)}
 		if state == podHeld {
 			pod.Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
 		}
@@ -312,5 +316,53 @@ func TestCreateWithClaims(t *testing.T) {
 	want := map[string][]string{"w-0": {"data-w-0", "logs-w-0"}, "w-1": {"logs-w-1"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("claims created before each Pod (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecideBuildsOneRoundOfCreates: a huge replicas must not make decide build a Pod for every
+// missing ordinal (2,000,000 deep-copied Pods exhaust the operator's memory): it builds only the
+// Pods this reconcile creates, the lowest missing ordinals, and still reports the scale-up.
+func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
+	set := newSet("w").replicas(20000).obj()
+	s := scopeFor(set, podsOf(set, podReady, 0, 2))
+	p := decide(s)
+	if len(p.creates) != createsPerReconcile {
+		t.Fatalf("%d creates planned, want one round of %d", len(p.creates), createsPerReconcile)
+	}
+	if first, last := p.creates[0].pod.Name, p.creates[len(p.creates)-1].pod.Name; first != "w-1" || last != fmt.Sprintf("w-%d", createsPerReconcile+1) {
+		t.Errorf("creates from %s to %s, want the lowest missing ordinals w-1 to w-%d", first, last, createsPerReconcile+1)
+	}
+	if p.progressReason != appsv1alpha1.ReasonScalingUp || p.progressMessage != "2 of 20000 Pods exist" {
+		t.Errorf("progress %s %q", p.progressReason, p.progressMessage)
+	}
+	checkInvariants(t, s, p)
+}
+
+// TestDrainWaitsForTheHoldController: a Pod just marked PreparingDelete that has no predelete
+// label yet is not deleted by the reconcile its own mark triggers: the hold controller may not
+// yet have labelled it for a binding placed on it just before the mark. It goes once it has been
+// marked for drainAckWindow with still no label.
+func TestDrainWaitsForTheHoldController(t *testing.T) {
+	set := newSet("w").replicas(2).obj()
+	marked := podsOf(set, podDrained, 2)
+	marked[0].Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = testNow.Format(time.RFC3339)
+	s := scopeFor(set, concat(podsOf(set, podReady, 0, 1), marked))
+
+	p := decide(s)
+	if len(p.deletes) != 0 || p.requeueAfter != drainAckWindow || p.progressReason != appsv1alpha1.ReasonDraining {
+		t.Errorf("just marked: deletes %v requeue %v reason %s, want none, %v, Draining", p.deleteNames(), p.requeueAfter, p.progressReason, drainAckWindow)
+	}
+	checkInvariants(t, s, p)
+
+	s.now = testNow.Add(drainAckWindow)
+	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) {
+		t.Errorf("marked %v ago with no hold: deletes %v, want w-2", drainAckWindow, p.deleteNames())
+	}
+
+	// A drain timeout shorter than the window bounds the wait.
+	set.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: ptr.To[int32](2)}
+	s.now = testNow.Add(2 * time.Second)
+	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) {
+		t.Errorf("drainTimeoutSeconds 2, marked 2s ago: deletes %v, want w-2", p.deleteNames())
 	}
 }

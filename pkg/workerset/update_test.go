@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
@@ -213,5 +214,152 @@ func TestRolloutPausedAtThePartition(t *testing.T) {
 	c := meta.FindStatusCondition(st.Conditions, appsv1alpha1.WorkerSetProgressing)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != appsv1alpha1.ReasonRolloutPaused || c.Message != "2 Pods below partition 2 keep an older revision than rev" {
 		t.Errorf("Progressing %+v", c)
+	}
+}
+
+// withHold puts a predelete.conveyor.dev/ label on Pods: they carry pipelines.
+func withHold(pods []*corev1.Pod) []*corev1.Pod {
+	for _, p := range pods {
+		p.Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
+	}
+	return pods
+}
+
+// TestUpdateDrainsPodsThatCarryPipelines: a rolling update or a broken-rollout replacement of a Pod
+// with a predelete.conveyor.dev/ label drains it first, as a scale-down does: mark PreparingDelete,
+// then delete once the label is gone or drainTimeoutSeconds has passed.
+func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
+	one := intstr.FromInt32(1)
+	r5 := newSet("w").replicas(5).rolling(0, one).obj()
+	zero := newSet("w").replicas(5).rolling(0, one).obj()
+	zero.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: new(int32)}
+	tests := []struct {
+		name        string
+		set         *appsv1alpha1.WorkerSet
+		pods        []*corev1.Pod
+		now         time.Time
+		wantDrain   []string
+		wantDelete  map[deleteReason][]string
+		wantUndrain []string
+	}{
+		{"a Pod with pipelines is marked, not deleted", r5,
+			concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), withHold(atRevision("old", podsOf(r5, podReady, 4)))),
+			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
+		{"a Pod without pipelines is replaced at once", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
+			testNow, nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a draining Pod waits for its hold", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podHeld, 4))),
+			testNow, nil, map[deleteReason][]string{}, nil},
+		{"a drained Pod whose hold is gone is replaced", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podDrained, 4))),
+			testNow.Add(time.Minute), nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a held Pod is replaced after the drain timeout", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podHeld, 4))),
+			testNow.Add(61 * time.Second), nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a draining Pod keeps its place in maxUnavailable", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 4)), atRevision("old", podsOf(r5, podHeld, 3))),
+			testNow, nil, map[deleteReason][]string{}, nil},
+		{"broken rollout: a not-Ready Pod with pipelines is drained too", r5,
+			concat(podsOf(r5, podReady, 0, 1, 2, 3), withHold(atRevision("bad", podsOf(r5, podPending, 4)))),
+			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
+		{"drainTimeoutSeconds 0 replaces at once", zero,
+			concat(atRevision("old", podsOf(zero, podReady, 0, 1, 2, 3)), withHold(atRevision("old", podsOf(zero, podReady, 4)))),
+			testNow, nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a reverted template takes the drain back", r5, concat(podsOf(r5, podReady, 0, 1, 2, 3), podsOf(r5, podHeld, 4)),
+			testNow, nil, map[deleteReason][]string{}, []string{"w-4"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := scopeFor(tt.set, tt.pods)
+			s.now = tt.now
+			p := decide(s)
+			if diff := cmp.Diff(tt.wantDelete, deletesByReason(p)); diff != "" {
+				t.Errorf("deletes (-want +got):\n%s", diff)
+			}
+			var drained, undrained []string
+			for _, pod := range p.drains {
+				drained = append(drained, pod.Name)
+			}
+			for _, pod := range p.undrains {
+				undrained = append(undrained, pod.Name)
+			}
+			if diff := cmp.Diff(tt.wantDrain, drained); diff != "" {
+				t.Errorf("drains (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantUndrain, undrained); diff != "" {
+				t.Errorf("undrains (-want +got):\n%s", diff)
+			}
+			checkInvariants(t, s, p)
+		})
+	}
+}
+
+// TestSimulatedDrainWithHolds runs rollouts and scale changes while a simulated hold controller
+// puts predelete labels on Ready Pods and takes them off draining Pods after a while, checking
+// after every step that no Pod is deleted while a hold is on it unless it has been PreparingDelete
+// for the whole drain timeout, and none without a hold before drainAckWindow.
+func TestSimulatedDrainWithHolds(t *testing.T) {
+	hold := appsv1alpha1.PreDeleteLabelPrefix + "pipelines"
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			set := newSet("w").replicas(int32(2+rng.IntN(4))).rolling(0, intstr.FromInt32(int32(1+rng.IntN(2)))).obj()
+			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
+			for i := range 400 {
+				w.s.now = testNow.Add(time.Duration(i) * time.Second)
+				switch {
+				case i%100 == 50:
+					rev := fmt.Sprint("v", i)
+					w.s.currentRevision, w.s.revision = w.s.revision, rev
+					w.s.templates[rev] = set.Spec.Template.DeepCopy()
+				case i < 300 && rng.IntN(40) == 0:
+					set.Spec.Replicas = ptr.To(int32(rng.IntN(6)))
+				}
+				p := decide(w.s)
+				checkInvariants(t, w.s, p)
+				checkDrainedDeletes(t, w.s, p, i)
+				w.apply(p)
+				for _, pod := range p.drains {
+					pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: w.s.now.Format(time.RFC3339)}
+				}
+				for _, pod := range p.undrains {
+					delete(pod.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+				}
+				w.stepRollout()
+				w.stepHolds(hold)
+			}
+		})
+	}
+}
+
+// checkDrainedDeletes asserts that no Pod is deleted while a predelete label holds it unless it
+// has been PreparingDelete for the whole drain timeout, and none before drainAckWindow.
+func checkDrainedDeletes(t *testing.T, s *scope, p *plan, step int) {
+	t.Helper()
+	timeout := drainTimeout(s.set)
+	for _, d := range p.deletes {
+		if isFinished(d.pod) {
+			continue
+		}
+		since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
+		marked := isPreparingDelete(d.pod)
+		if hasDeleteHolds(d.pod) && (!marked || s.now.Before(since.Add(timeout))) {
+			t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", step, d.pod.Name, d.reason, marked, since)
+		}
+		if marked && s.now.Before(since.Add(drainAckWindow)) {
+			t.Fatalf("step %d: %s deleted (%s) %v after its mark, before drainAckWindow", step, d.pod.Name, d.reason, s.now.Sub(since))
+		}
+	}
+}
+
+// stepHolds plays the hold controller: bindings land on Ready Pods that are not draining, and move
+// away from draining ones after a while (sometimes not within the drain timeout).
+func (w *world) stepHolds(hold string) {
+	for _, pod := range w.s.pods {
+		switch {
+		case pod.DeletionTimestamp != nil:
+		case isPreparingDelete(pod):
+			if w.rng.IntN(30) == 0 {
+				delete(pod.Labels, hold)
+			}
+		case isRunningAndReady(pod) && w.rng.IntN(3) == 0:
+			pod.Labels[hold] = "true"
+		}
 	}
 }

@@ -46,11 +46,12 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.volumeClaimTemplates) == has(self.volumeClaimTemplates) && (!has(self.volumeClaimTemplates) || (self.volumeClaimTemplates.size() == oldSelf.volumeClaimTemplates.size() && self.volumeClaimTemplates.all(t, oldSelf.volumeClaimTemplates.exists(o, o.metadata.name == t.metadata.name))))",message="volumeClaimTemplates may not be added, removed or renamed"
 // +kubebuilder:validation:XValidation:rule="!has(self.volumeClaimTemplates) || !has(oldSelf.volumeClaimTemplates) || self.volumeClaimTemplates.all(t, oldSelf.volumeClaimTemplates.all(o, o.metadata.name != t.metadata.name || (has(o.spec.accessModes) == has(t.spec.accessModes) && (!has(o.spec.accessModes) || o.spec.accessModes == t.spec.accessModes) && has(o.spec.storageClassName) == has(t.spec.storageClassName) && (!has(o.spec.storageClassName) || o.spec.storageClassName == t.spec.storageClassName) && has(o.spec.volumeMode) == has(t.spec.volumeMode) && (!has(o.spec.volumeMode) || o.spec.volumeMode == t.spec.volumeMode) && has(o.spec.volumeName) == has(t.spec.volumeName) && (!has(o.spec.volumeName) || o.spec.volumeName == t.spec.volumeName))))",message="volumeClaimTemplates: accessModes, storageClassName, volumeMode and volumeName cannot change; raise spec.resources.requests.storage to resize claims"
 type WorkerSetSpec struct {
-	// replicas is the number of worker Pods. It is the field the /scale subresource and the
-	// HorizontalPodAutoscaler change.
+	// replicas is the number of worker Pods, at most 10000. It is the field the /scale
+	// subresource and the HorizontalPodAutoscaler change.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// template describes the Pods the set creates. Its labels may not use the keys the controller
@@ -288,6 +289,10 @@ const (
 	ReasonCreateFailed = "CreateFailed"
 	// ReasonDeleteFailed: deleting a Pod failed; the message has the API error.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonPodConflict: a Pod has one of the set's names but the set does not control it and
+	// cannot adopt it (another controller owns it, it lacks the set's label, or it is terminating);
+	// nothing is created at its ordinal until it goes. The message names the Pod and why.
+	ReasonPodConflict = "PodConflict"
 	// ReasonNoFailure: the last reconcile wrote every object it tried to.
 	ReasonNoFailure = "NoFailure"
 )

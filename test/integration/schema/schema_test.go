@@ -202,6 +202,11 @@ func TestWorkerSetSchema(t *testing.T) {
 			wantErr:  "spec.replicas: Invalid value: -1",
 		},
 		{
+			name:     "replicas above 10000 are rejected",
+			manifest: wsHeader + "spec:\n  replicas: 10001" + minimalTemplate,
+			wantErr:  "spec.replicas: Invalid value: 10001",
+		},
+		{
 			name:     "negative partition is rejected",
 			manifest: wsHeader + "spec:\n  updateStrategy: {rollingUpdate: {partition: -1}}" + minimalTemplate,
 			wantErr:  "spec.updateStrategy.rollingUpdate.partition: Invalid value: -1",

@@ -1,0 +1,152 @@
+package workerset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+)
+
+// orphanDelete does what the apiserver and the garbage collector do for `kubectl delete
+// --cascade=orphan`: the set is marked deleted but held by the orphan finalizer, the owner
+// references of everything it owns are dropped, then the finalizer is removed.
+func orphanDelete(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	set := getSet(t, ns, name)
+	if err := envK8s.Delete(ctx, set, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
+		t.Fatalf("delete set: %v", err)
+	}
+	set = getSet(t, ns, name)
+	if set.DeletionTimestamp == nil || !slices.Contains(set.Finalizers, metav1.FinalizerOrphanDependents) {
+		t.Fatalf("setup: set not held by the orphan finalizer: %v", set.Finalizers)
+	}
+	for _, pod := range listPods(t, ns) {
+		if metav1.IsControlledBy(pod, set) {
+			patch := client.MergeFrom(pod.DeepCopy())
+			pod.OwnerReferences = nil
+			if err := envK8s.Patch(ctx, pod, patch); err != nil {
+				t.Fatalf("orphan pod %s: %v", pod.Name, err)
+			}
+		}
+	}
+	for _, rev := range revisions(t, ns) {
+		if metav1.IsControlledBy(&rev, set) {
+			patch := client.MergeFrom(rev.DeepCopy())
+			rev.OwnerReferences = nil
+			if err := envK8s.Patch(ctx, &rev, patch); err != nil {
+				t.Fatalf("orphan revision %s: %v", rev.Name, err)
+			}
+		}
+	}
+	patch := client.MergeFrom(set.DeepCopy())
+	set.Finalizers = nil
+	if err := envK8s.Patch(ctx, set, patch); err != nil {
+		t.Fatalf("remove the orphan finalizer: %v", err)
+	}
+	eventually(t, "set gone", func() error {
+		if err := envK8s.Get(ctx, client.ObjectKeyFromObject(set), &appsv1alpha1.WorkerSet{}); err == nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+}
+
+// TestIntegrationOrphanDeleteAndRecreate: after an orphan delete, re-creating the set with the same
+// template adopts its Pods and its ControllerRevision (no collision, no stall), creates the missing
+// ordinal, and reports a Pod of another controller that holds one of its names without stalling.
+func TestIntegrationOrphanDeleteAndRecreate(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	createSet(t, ns, newSet("o").replicas(2).obj())
+	old := wantPods(t, ns, "o-0", "o-1")
+	eventually(t, "one revision", func() error {
+		if n := len(revisions(t, ns)); n != 1 {
+			return fmt.Errorf("%d revisions", n)
+		}
+		return nil
+	})
+	orphanDelete(t, ns, "o")
+	for name, pod := range listPods(t, ns) {
+		if len(pod.OwnerReferences) > 0 {
+			t.Fatalf("setup: %s still has owners %v", name, pod.OwnerReferences)
+		}
+	}
+
+	// A Pod of another controller, with the set's label, holds o-3.
+	foreign := newPod(newSet("o").obj(), &newSet("o").obj().Spec.Template, 3, "x")
+	foreign.Namespace = ns
+	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "other", UID: "rs-uid", Controller: new(true)}}
+	if err := envK8s.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+
+	createSet(t, ns, newSet("o").replicas(5).obj())
+	pods := wantPods(t, ns, "o-0", "o-1", "o-2", "o-3", "o-4")
+	set := getSet(t, ns, "o")
+	for _, name := range []string{"o-0", "o-1"} {
+		if pods[name].UID != old[name].UID {
+			t.Errorf("%s was replaced, want it adopted", name)
+		}
+	}
+	eventually(t, "o-0..o-2 and o-4 controlled by the new set, o-3 not", func() error {
+		for name, pod := range listPods(t, ns) {
+			if metav1.IsControlledBy(pod, set) == (name == "o-3") {
+				return fmt.Errorf("%s owners %v, set uid %s", name, pod.OwnerReferences, set.UID)
+			}
+		}
+		return nil
+	})
+	eventually(t, "the revision adopted, no collision, o-3 reported", func() error {
+		revs := revisions(t, ns)
+		if len(revs) != 1 || !metav1.IsControlledBy(&revs[0], set) {
+			return fmt.Errorf("revisions %v", revNames(revs))
+		}
+		st := getSet(t, ns, "o").Status
+		if st.CollisionCount != nil || st.UpdateRevision != revs[0].Labels[appsv1alpha1.RevisionLabel] {
+			return fmt.Errorf("collisionCount %v updateRevision %s", st.CollisionCount, st.UpdateRevision)
+		}
+		c := meta.FindStatusCondition(st.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != appsv1alpha1.ReasonPodConflict || !strings.Contains(c.Message, "Pod o-3 is controlled by ReplicaSet other") {
+			return fmt.Errorf("ReplicaFailure %+v", c)
+		}
+		return nil
+	})
+
+	// Once the foreign Pod goes, the set creates its own o-3 and the failure clears.
+	if err := envK8s.Delete(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "o-3 is the set's and ReplicaFailure is False", func() error {
+		pod := &corev1.Pod{}
+		if err := envK8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "o-3"}, pod); err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(pod, set) {
+			return fmt.Errorf("o-3 owners %v", pod.OwnerReferences)
+		}
+		c := meta.FindStatusCondition(getSet(t, ns, "o").Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
+		if c == nil || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("ReplicaFailure %+v", c)
+		}
+		return nil
+	})
+}
+
+func revNames(revs []appsv1.ControllerRevision) []string {
+	var out []string
+	for _, r := range revs {
+		out = append(out, r.Name)
+	}
+	return out
+}
