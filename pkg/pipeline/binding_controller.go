@@ -136,8 +136,17 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if svcErr != nil {
 		return ctrl.Result{}, svcErr // exponential backoff: a failing Service settles its write rate
 	}
+	if svc.reason == schedulingv1alpha1.ReasonServiceInTheWay && (recheck == 0 || recheck > InTheWayRecheck) {
+		// The object in the way is outside the operator's cache (it lacks the pipeline label), so
+		// its removal sends no event: look again now and then, with one read.
+		recheck = InTheWayRecheck
+	}
 	return ctrl.Result{RequeueAfter: recheck}, nil
 }
+
+// InTheWayRecheck is how often a binding or pipeline blocked by an object it does not own (a
+// Service or routes ConfigMap of its name) looks again whether that object is gone.
+const InTheWayRecheck = 15 * time.Second
 
 // readyEndpointPods maps the Pods with a ready endpoint in the slices to the UID the endpoint names
 // (empty when the endpoint names none).

@@ -201,7 +201,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if s.raced || len(s.writeErrs) > 0 || s.repairNext {
 		return ctrl.Result{Requeue: true}, nil // with the controller's backoff
 	}
-	if s.unplaced != nil || s.moveBlocked != nil || s.routesProblem != "" || status.Phase == schedulingv1alpha1.PipelinePending {
+	if s.routesProblem != "" {
+		return ctrl.Result{RequeueAfter: InTheWayRecheck}, nil
+	}
+	if s.unplaced != nil || s.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending {
 		return ctrl.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	return ctrl.Result{}, nil

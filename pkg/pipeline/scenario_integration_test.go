@@ -244,17 +244,10 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 		waitPhase(t, ns, name, schedulingv1alpha1.PipelineReady)
 		eventually(t, name+" went through Broken", func() error {
 			got := phases.since(name, before[name])
-			// The talk's transitions: Broken first, then placed again (Plotted, which a fast repair
-			// may skip), ending Ready, and never Pending or Invalid. Under heavy load a stale
-			// binding read can still show one extra Plotted after Ready (a known flicker, see the
-			// docs); it is tolerated here, a wrong phase is not.
-			if len(got) < 2 || got[0] != "Broken" || got[len(got)-1] != "Ready" {
-				return fmt.Errorf("%s went through %v after the worker died, want Broken, then Plotted and Ready", name, got)
-			}
-			for _, ph := range got[1:] {
-				if ph != "Plotted" && ph != "Ready" {
-					return fmt.Errorf("%s went through %v after the worker died: %s after Broken", name, got, ph)
-				}
+			// The talk's transitions, exactly: Broken first (written before the repair), then
+			// placed again on the new yellow-0 (Plotted), then Ready.
+			if !slices.Equal(got, []string{"Broken", "Plotted", "Ready"}) {
+				return fmt.Errorf("%s went through %v after the worker died, want [Broken Plotted Ready]", name, got)
 			}
 			return nil
 		})
@@ -267,8 +260,8 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 	if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "yellow-0"}, newYellow); err != nil {
 		t.Fatal(err)
 	}
-	if b.Status.PodUID != newYellow.UID || newYellow.UID == yellow.UID {
-		t.Errorf("binding first-third bound to UID %s; new yellow-0 %s, old %s", b.Status.PodUID, newYellow.UID, yellow.UID)
+	if b.Spec.PodUID != newYellow.UID || b.Status.PodUID != newYellow.UID || newYellow.UID == yellow.UID {
+		t.Errorf("binding first-third bound to UID %s (status %s); new yellow-0 %s, old %s", b.Spec.PodUID, b.Status.PodUID, newYellow.UID, yellow.UID)
 	}
 
 	// The routes ConfigMap maps every stage to its Service and its next Services.
