@@ -521,32 +521,37 @@ func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	}
 }
 
-// wakeWaitersLocked wakes, oldest first, as many of the class's waiting pipelines as the free
-// capacity of its usable workers could take; the rest keep waiting.
+// wakeWaitersLocked wakes, oldest first, the waiting pipelines of a class that the free capacity
+// of its usable workers could take, first fit as placement does; the others keep waiting. It gives
+// up after a few waiters in a row that do not fit, so one event costs little however many wait.
 func (s *nsState) wakeWaitersLocked(c *classState, fx *effects) {
 	if len(c.waiting) == 0 {
 		return
 	}
-	var budget, maxFree int64
-	for _, w := range c.workers {
-		if w.ready && !w.draining {
-			f := c.capacity - w.allocated
-			if f > 0 {
-				budget += f
-				maxFree = max(maxFree, f)
-			}
+	var free []int64
+	for _, w := range c.sortedLocked() {
+		if w.ready && !w.draining && c.capacity-w.allocated > 0 {
+			free = append(free, c.capacity-w.allocated)
 		}
 	}
-	n := 0
-	for _, w := range c.waiting {
-		if w.load > maxFree || w.load > budget {
+	const maxMisses = 16
+	misses := 0
+	kept := c.waiting[:0]
+	for i, w := range c.waiting {
+		if misses >= maxMisses || len(free) == 0 {
+			kept = append(kept, c.waiting[i:]...)
 			break
 		}
-		budget -= w.load
+		fit := slices.IndexFunc(free, func(f int64) bool { return f >= w.load })
+		if fit < 0 {
+			misses++
+			kept = append(kept, w)
+			continue
+		}
+		free[fit] -= w.load
 		fx.pipelines = append(fx.pipelines, w.pipeline)
-		n++
 	}
-	c.waiting = slices.Delete(c.waiting, 0, n)
+	c.waiting = kept
 }
 
 // ---- Placement ----

@@ -1,0 +1,293 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// Test builders for the allocator's inputs.
+
+func allocClass(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
+	return &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: capacity, Placement: schedulingv1alpha1.PlacementPack}}
+}
+
+func allocPod(class string, ordinal int) *corev1.Pod {
+	name := fmt.Sprintf("%s-%d", class, ordinal)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Labels: map[string]string{
+			schedulingv1alpha1.WorkerClassLabel: class, appsv1alpha1.PodIndexLabel: fmt.Sprint(ordinal)}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func allocPipeline(name string, load int32, classes ...string) *schedulingv1alpha1.Pipeline {
+	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: load, Workers: map[string]schedulingv1alpha1.PipelineWorker{}}}
+	for i, c := range classes {
+		pl.Spec.Workers[fmt.Sprint("s", i)] = schedulingv1alpha1.PipelineWorker{Class: c}
+	}
+	return pl
+}
+
+func allocBinding(pipeline, stage, class, pod string, load int32, gen int64) *schedulingv1alpha1.PipelineBinding {
+	return &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Name: pipeline + "-" + stage, Namespace: "ns", Generation: gen},
+		Spec: schedulingv1alpha1.PipelineBindingSpec{Pipeline: pipeline, Stage: stage, Class: class, Pod: pod, DocumentsPerSecond: load}}
+}
+
+// greenWorld is an allocator with class green (capacity 10) and Ready workers green-0..n-1.
+func greenWorld(t *testing.T, n int) *Allocator {
+	t.Helper()
+	a := NewAllocator(nil)
+	a.OnWorkerClass(allocClass("green", 10), false)
+	for i := range n {
+		a.OnPod(allocPod("green", i), false)
+	}
+	return a
+}
+
+func allocated(a *Allocator, class string) map[string]int64 {
+	out := map[string]int64{}
+	for _, w := range a.Workers("ns", class) {
+		out[w.Name] = w.Allocated
+	}
+	return out
+}
+
+var (
+	errConflict = apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, "x", fmt.Errorf("stale"))
+	errExists   = apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pipelinebindings"}, "x")
+	errTimeout  = apierrors.NewTimeoutError("slow", 1)
+)
+
+// Defect 1: a later reconcile of the same pipeline, on a cache that does not show the first
+// reconcile's binding yet, must not drop the first reservation. The old ledger replaced it with the
+// second plan ({green-1}), whose create then failed with AlreadyExists: nothing counted green-0 any
+// more, and another pipeline over-committed it.
+func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
+	a := greenWorld(t, 2)
+	pa := allocPipeline("a", 10, "green")
+	a.OnPipeline(pa, false)
+	req := []StageRequest{{Stage: "s0", Binding: "a-s0", Class: "green", Load: 10}}
+
+	first := a.Place(pa, req, true)
+	if first.Unplaced != nil || first.Pods["s0"] != "green-0" {
+		t.Fatalf("first placement: %+v", first)
+	}
+	a.Settle(first.Reservations[0], 1, nil) // created; the cache has not shown it yet
+	if a.Settled("ns", []string{"a-s0"}, nil) {
+		t.Fatal("Settled with a write the cache does not show: a second reconcile could undo it")
+	}
+	// A second reconcile that decided anyway: green-0 is still held, so it picks green-1 ...
+	second := a.Place(pa, req, true)
+	if second.Pods["s0"] != "green-1" {
+		t.Fatalf("second placement on %v, want green-1: green-0 is held by the first write", second.Pods)
+	}
+	// ... and its create fails: only its own reservation goes.
+	a.Settle(second.Reservations[0], 0, errExists)
+	if got := allocated(a, "green"); got["green-0"] != 10 || got["green-1"] != 0 {
+		t.Fatalf("allocated %v, want green-0=10 (the first write), green-1=0", got)
+	}
+	pb := allocPipeline("b", 10, "green")
+	a.OnPipeline(pb, false)
+	if p := a.Place(pb, []StageRequest{{Stage: "s0", Binding: "b-s0", Class: "green", Load: 10}}, true); p.Pods["s0"] != "green-1" {
+		t.Fatalf("pipeline b placed on %v: green-0 would be over-committed", p.Pods)
+	}
+	// The cache shows the first write: it becomes observed, the numbers stay.
+	a.OnBinding(allocBinding("a", "s0", "green", "green-0", 10, 1), false)
+	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-0"] != 10 {
+		t.Fatalf("after the cache caught up: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	}
+}
+
+// Defect 2: a write the API server refused (Conflict) releases its reservation at once; one whose
+// outcome is unknown (a timeout) keeps it, since it may have applied.
+func TestAllocatorSettlesByOutcome(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantHeld int64 // on green-1, the target of the move
+	}{
+		{"applied", nil, 10},
+		{"conflict: not applied, released", errConflict, 0},
+		{"already exists: not applied, released", errExists, 0},
+		{"timeout: may have applied, kept", errTimeout, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := greenWorld(t, 2)
+			pl := allocPipeline("a", 10, "green")
+			a.OnPipeline(pl, false)
+			a.OnBinding(allocBinding("a", "s0", "green", "green-0", 10, 1), false)
+			// green-0 drains: the stage moves to green-1.
+			draining := allocPod("green", 0)
+			draining.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+			a.OnPod(draining, false)
+			p := a.Place(pl, []StageRequest{{Stage: "s0", Binding: "a-s0", Class: "green", Load: 10, Current: "green-0"}}, false)
+			if p.Pods["s0"] != "green-1" {
+				t.Fatalf("move placed on %v", p.Pods)
+			}
+			a.Settle(p.Reservations[0], 2, tt.err)
+			got := allocated(a, "green")
+			if got["green-1"] != tt.wantHeld || got["green-0"] != 10 {
+				t.Fatalf("allocated %v, want green-1=%d and green-0=10 (the binding still holds it until the cache shows the move)", got, tt.wantHeld)
+			}
+		})
+	}
+}
+
+// Defect 3: placing a stage again with a new load counts its own current load as free on its
+// current Pod, for that stage only: the old code counted it twice, so 6 → 8 on a worker of 10
+// did not fit.
+func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
+	a := greenWorld(t, 2)
+	pl := allocPipeline("a", 8, "green", "green")
+	a.OnPipeline(pl, false)
+	a.OnBinding(allocBinding("a", "s0", "green", "green-0", 6, 1), false)
+	p := a.Place(pl, []StageRequest{{Stage: "s0", Binding: "a-s0", Class: "green", Load: 8, Current: "green-0"}}, true)
+	if p.Unplaced != nil || p.Pods["s0"] != "green-0" {
+		t.Fatalf("6 → 8 on its own worker of 10: %+v %v", p.Pods, p.Unplaced)
+	}
+	// The credit is not for another stage: s1 (new, 4) may not use s0's 6 on green-0, since s0's
+	// write may fail and leave it there.
+	a.Settle(p.Reservations[0], 0, errConflict)
+	q := a.Place(pl, []StageRequest{
+		{Stage: "s0", Binding: "a-s0", Class: "green", Load: 8, Current: "green-0"},
+		{Stage: "s1", Binding: "a-s1", Class: "green", Load: 4},
+	}, true)
+	if q.Pods["s1"] == "green-0" {
+		t.Fatalf("s1 placed on green-0 with s0's credit: %v", q.Pods)
+	}
+}
+
+// Defect 3, the status side: a new load that does not fit leaves the stages on their old load and
+// says so; observedGeneration does not claim the new spec.
+func TestRespecThatDoesNotFitIsReported(t *testing.T) {
+	pl := allocPipeline("a", 12, "green")
+	pl.Generation, pl.Status.ObservedGeneration, pl.Status.Phase = 2, 1, schedulingv1alpha1.PipelineReady
+	b := allocBinding("a", "s0", "green", "green-0", 6, 1)
+	b.Status.Phase = schedulingv1alpha1.BindingReady
+	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"green": allocClass("green", 20)},
+		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"s0": b}, workers: map[string]Worker{}}
+	s.plan = decide(s)
+	if len(s.plan.place) != 1 || s.plan.place[0].reason != placeRespec {
+		t.Fatalf("plan %+v, want one respec", s.plan)
+	}
+	s.unplaced = &unplaceable{stage: "s0", class: "green", load: 12, maxFree: 10, workers: 1, capacity: 20}
+	st := computePipelineStatus(s)
+	c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
+	if st.Phase != schedulingv1alpha1.PipelineReady || c == nil || c.Reason != schedulingv1alpha1.ReasonInsufficientCapacity ||
+		!strings.Contains(c.Message, "keep their current workers") {
+		t.Fatalf("phase %s, Schedulable %+v", st.Phase, c)
+	}
+	if !specPending(s) {
+		t.Fatal("specPending false: observedGeneration would claim a spec that is not carried out")
+	}
+}
+
+// Defect 4: binding names collide (pipeline a, stage b-c and pipeline a-b, stage c both make
+// a-b-c). The loser is refused with a condition naming the other object, and writes nothing.
+func TestBindingNameTakenIsRefused(t *testing.T) {
+	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
+		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: 1, Workers: map[string]schedulingv1alpha1.PipelineWorker{"b-c": {Class: "green"}}}}
+	other := allocBinding("a-b", "c", "green", "green-0", 1, 1)
+	ctrlTrue := true
+	other.OwnerReferences = []metav1.OwnerReference{{Kind: "Pipeline", Name: "a-b", UID: "uid-a-b", Controller: &ctrlTrue}}
+	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"green": allocClass("green", 10)},
+		bindings: map[string]*schedulingv1alpha1.PipelineBinding{}, foreign: map[string]*schedulingv1alpha1.PipelineBinding{"b-c": other},
+		workers: map[string]Worker{}}
+	s.plan = decide(s)
+	if s.plan.conflict == "" || len(s.plan.place) != 0 {
+		t.Fatalf("plan %+v: want a conflict and nothing to place", s.plan)
+	}
+	st := computePipelineStatus(s)
+	c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
+	if c == nil || c.Reason != schedulingv1alpha1.ReasonBindingNameTaken || !strings.Contains(c.Message, "a-b-c") || !strings.Contains(c.Message, "Pipeline a-b") {
+		t.Fatalf("Schedulable %+v, want BindingNameTaken naming a-b-c and Pipeline a-b", c)
+	}
+}
+
+// Defect 5: a stage whose Pod was replaced under the same name is placed again in one write that
+// changes spec.podUID, never through an unset (whose empty selector made the Service's endpoints
+// flap); and a Ready pipeline is not sent back to Plotted by a binding status that lags.
+func TestRepairIsOneWriteAndPhasesOnlyMoveForward(t *testing.T) {
+	pl := allocPipeline("a", 5, "yellow")
+	pl.Status.Phase = schedulingv1alpha1.PipelineReady
+	b := allocBinding("a", "s0", "yellow", "yellow-0", 5, 1)
+	b.Spec.PodUID = "old"
+	b.Status.Phase = schedulingv1alpha1.BindingReady
+	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"yellow": allocClass("yellow", 20)},
+		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"s0": b},
+		workers:  map[string]Worker{"yellow-0": {Name: "yellow-0", UID: "new", Ready: true}}}
+	s.plan = decide(s)
+	if len(s.plan.place) != 1 || s.plan.place[0].reason != placeDead || s.plan.place[0].current != "yellow-0" {
+		t.Fatalf("plan %+v, want the dead stage placed again with yellow-0 as its current Pod", s.plan)
+	}
+	if got := computePipelineStatus(s).Phase; got != schedulingv1alpha1.PipelineBroken {
+		t.Fatalf("phase %s, want Broken while the repair is pending", got)
+	}
+	repaired := desiredBinding(pl, "s0", "yellow-0", "new", b)
+	if repaired.Spec.Pod != "yellow-0" || repaired.Spec.PodUID != "new" {
+		t.Fatalf("repair writes %+v, want pod yellow-0 with the new UID in one write", repaired.Spec)
+	}
+
+	for _, tt := range []struct {
+		old, computed schedulingv1alpha1.PipelinePhase
+		changed       bool
+		want          schedulingv1alpha1.PipelinePhase
+	}{
+		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelineReady},
+		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelinePlotted, true, schedulingv1alpha1.PipelinePlotted},
+		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineBroken, false, schedulingv1alpha1.PipelineBroken},
+		{schedulingv1alpha1.PipelineBroken, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
+		{schedulingv1alpha1.PipelinePending, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
+	} {
+		if got := nextPhase(tt.old, tt.computed, tt.changed); got != tt.want {
+			t.Errorf("nextPhase(%s, %s, changed=%v) = %s, want %s", tt.old, tt.computed, tt.changed, got, tt.want)
+		}
+	}
+}
+
+// A pipeline waiting for capacity is woken when capacity it could use is freed, and only as many
+// waiters as could fit are woken.
+func TestAllocatorWakesOnlyWhatFits(t *testing.T) {
+	a := greenWorld(t, 1)
+	var woken []string
+	a.SetHooks(func(_, name string) { woken = append(woken, name) }, nil)
+	hold := allocPipeline("hold", 10, "green")
+	a.OnPipeline(hold, false)
+	a.OnBinding(allocBinding("hold", "s0", "green", "green-0", 10, 1), false)
+	for _, name := range []string{"w1", "w2", "w3"} {
+		pl := allocPipeline(name, 6, "green")
+		a.OnPipeline(pl, false)
+		if p := a.Place(pl, []StageRequest{{Stage: "s0", Binding: name + "-s0", Class: "green", Load: 6}}, true); p.Unplaced == nil {
+			t.Fatalf("%s placed on a full class", name)
+		}
+	}
+	woken = nil
+	a.OnPod(allocPod("green", 1), false) // a new worker of 10: room for one waiter of 6
+	if len(woken) != 1 || woken[0] != "w1" {
+		t.Fatalf("woken %v, want [w1]: the oldest waiter, and only as many as fit", woken)
+	}
+	// w1 places itself on green-1, which keeps 4 free.
+	w1 := a.Place(allocPipeline("w1", 6, "green"), []StageRequest{{Stage: "s0", Binding: "w1-s0", Class: "green", Load: 6}}, true)
+	if w1.Pods["s0"] != "green-1" {
+		t.Fatalf("w1 placed on %v", w1.Pods)
+	}
+	woken = nil
+	a.OnPipeline(hold, true) // hold goes: green-0 frees 10, room for one waiter of 6 (green-1 has 4)
+	if len(woken) != 1 || woken[0] != "w2" {
+		t.Fatalf("woken %v, want [w2]: two free spaces of 10 and 4 fit one stage of 6", woken)
+	}
+}
