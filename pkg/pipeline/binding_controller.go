@@ -109,7 +109,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	svc, svcErr := r.syncService(ctx, b)
 	if isRace(svcErr) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{RequeueAfter: raceRequeue}, nil
 	}
 
 	var pod *corev1.Pod
@@ -129,7 +129,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), svc, r.Now(), r.DeadEndGrace)
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: raceRequeue}, nil
 		}
 		return ctrl.Result{}, err
 	}

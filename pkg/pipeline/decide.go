@@ -308,8 +308,8 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 	}
 	var phase schedulingv1alpha1.PipelinePhase
 	switch {
-	case placed == 0 && !dead:
-		phase = schedulingv1alpha1.PipelinePending
+	case p.never != nil || (placed == 0 && !dead):
+		phase = schedulingv1alpha1.PipelinePending // a stage that can never fit is Pending, its workers released
 	case placed < total && !dead && !established(pl):
 		phase = schedulingv1alpha1.PipelinePending // a first placement not carried out in full
 	case dead || placed < total:

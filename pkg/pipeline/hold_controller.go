@@ -16,9 +16,9 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// HoldReconciler keeps the predelete.conveyor.dev/pipelines label (§2.3) on exactly the worker
-// Pods that carry bindings: bound to them, or still serving them while a binding moves away. A
-// WorkerSet does not delete a PreparingDelete Pod while the label is there, so a scale-down waits
+// HoldReconciler keeps the predelete.conveyor.dev/pipelines label (docs/architecture.md, "Drain
+// before scale-down") on exactly the worker Pods that carry bindings: bound to them, or still
+// serving them while a binding moves away. A WorkerSet does not delete a PreparingDelete Pod while the label is there, so a scale-down waits
 // until the Pipeline controller has moved the Pod's stages elsewhere (make-before-break).
 type HoldReconciler struct {
 	client.Client

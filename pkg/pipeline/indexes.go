@@ -82,7 +82,8 @@ func isReadyPod(pod *corev1.Pod) bool {
 	return false
 }
 
-// isDraining says the WorkerSet is about to delete the Pod (§2.3).
+// isDraining says the WorkerSet is about to delete the Pod (docs/architecture.md, "Drain before
+// scale-down").
 func isDraining(pod *corev1.Pod) bool {
 	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }

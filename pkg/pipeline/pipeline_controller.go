@@ -37,6 +37,9 @@ const (
 	// unsettledRecheck is how soon a pipeline whose binding write had an unknown outcome looks
 	// again; a write the cache shows wakes it at once.
 	unsettledRecheck = 5 * time.Second
+	// raceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
+	// AlreadyExists, a status written by an older copy) or must write in two rounds looks again.
+	raceRequeue = 100 * time.Millisecond
 )
 
 // Reconciler is the Pipeline controller. It validates a Pipeline, places its stages on worker Pods
@@ -191,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status := computePipelineStatus(s)
 	if err := r.writeStatus(ctx, s, status, writeErr == nil && routesErr == nil && len(s.writeErrs) == 0 && !s.raced); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil // a newer copy is in the cache: look again
+			return ctrl.Result{RequeueAfter: raceRequeue}, nil // a newer copy is in the cache: look again
 		}
 		return ctrl.Result{}, err
 	}
@@ -199,7 +202,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if s.raced || len(s.writeErrs) > 0 || s.repairNext {
-		return ctrl.Result{Requeue: true}, nil // with the controller's backoff
+		return ctrl.Result{RequeueAfter: raceRequeue}, nil // with the controller's backoff
 	}
 	if s.routesProblem != "" {
 		return ctrl.Result{RequeueAfter: InTheWayRecheck}, nil

@@ -141,7 +141,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	wc.Status = st
 	if err := r.Status().Patch(ctx, wc, patch); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: raceRequeue}, nil
 		}
 		return ctrl.Result{}, errors.Join(fmt.Errorf("write status: %w", err), syncErr)
 	}

@@ -618,7 +618,7 @@ func (w *world) reconcile(name string) {
 	if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, pl) == nil {
 		w.history[name] = append(w.history[name], fmt.Sprintf("%d:%s(err=%v)", w.step, pl.Status.Phase, err != nil))
 	}
-	if err != nil || res.Requeue || (res.RequeueAfter > 0 && res.RequeueAfter <= unsettledRecheck) { //nolint:staticcheck // the controller's own requeue, as the workqueue does
+	if err != nil || (res.RequeueAfter > 0 && res.RequeueAfter <= unsettledRecheck) {
 		w.woken[name] = true // the workqueue would run it again shortly
 	}
 }

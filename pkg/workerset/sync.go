@@ -254,7 +254,8 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 // reconcile that our own mark triggers must not take the missing label as consent.
 const drainAckWindow = 5 * time.Second
 
-// drainThenDelete deletes a Pod once it has drained (§2.3): it marks the Pod PreparingDelete,
+// drainThenDelete deletes a Pod once it has drained (docs/architecture.md, "Drain before
+// scale-down"): it marks the Pod PreparingDelete,
 // then deletes it once it has been marked for drainAckWindow and no predelete.conveyor.dev/ label
 // remains, or once the drain timeout has passed (a timeout of 0 deletes at once). It reports
 // whether the Pod is still draining.
