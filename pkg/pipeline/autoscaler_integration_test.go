@@ -4,14 +4,19 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -105,4 +110,83 @@ func TestIntegrationAutoscalerWrittenOnlyOnChange(t *testing.T) {
 		ptr.Deref(b.ScaleDown.StabilizationWindowSeconds, 0) != 300 {
 		t.Errorf("HPA behavior %+v", b)
 	}
+}
+
+// TestIntegrationAutoscalerConflict: an HPA of the class's name that the class does not own is
+// neither modified nor adopted, and the class says so.
+func TestIntegrationAutoscalerConflict(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	key := types.NamespacedName{Namespace: ns, Name: "green"}
+	mine := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "green", Namespace: ns, Labels: map[string]string{"made-by": "hand"}},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "green-web"},
+			MinReplicas:    ptr.To[int32](2),
+			MaxReplicas:    3,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name: corev1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](50)},
+			}}},
+		},
+	}
+	mustCreate(t, mine)
+	before := getHPA(t, ns, "green")
+
+	mustCreate(t, fixtures.MakeWorkerClass(ns, "green").Capacity(15).Autoscaling(1, 5).Obj())
+	eventually(t, "AutoscalerReady False AutoscalerConflict", func() error {
+		wc := getClass(t, ns, "green")
+		c := meta.FindStatusCondition(wc.Status.Conditions, schedulingv1alpha1.WorkerClassAutoscalerReady)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != schedulingv1alpha1.ReasonAutoscalerConflict ||
+			!strings.Contains(c.Message, "HorizontalPodAutoscaler green exists and is not owned by this WorkerClass") ||
+			c.ObservedGeneration != wc.Generation {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
+	// More reconciles of the class: still in conflict, and the HPA untouched.
+	for i := 1; i <= 2; i++ {
+		mustCreate(t, fixtures.MakePipeline(ns, fmt.Sprintf("p%d", i)).Load(int32(i)).Chain("green").Obj())
+	}
+	waitRequested(t, ns, "green", 3)
+	after := getHPA(t, ns, "green")
+	if after.ResourceVersion != before.ResourceVersion || len(after.OwnerReferences) != 0 ||
+		!apiequality.Semantic.DeepEqual(after.Spec, before.Spec) || !apiequality.Semantic.DeepEqual(after.Labels, before.Labels) {
+		t.Errorf("the hand-made HPA changed: resourceVersion %s → %s, owners %v, spec %+v → %+v",
+			before.ResourceVersion, after.ResourceVersion, after.OwnerReferences, before.Spec, after.Spec)
+	}
+	if got := hpaWrites.of(key); len(got) != 0 {
+		t.Errorf("the operator wrote the hand-made HPA: %v", got)
+	}
+	c := meta.FindStatusCondition(getClass(t, ns, "green").Status.Conditions, schedulingv1alpha1.WorkerClassAutoscalerReady)
+	if c == nil || c.Reason != schedulingv1alpha1.ReasonAutoscalerConflict {
+		t.Errorf("condition after more reconciles %+v", c)
+	}
+
+	// Once the hand-made HPA is gone, the next reconcile of the class creates its own.
+	if err := envK8s.Delete(context.Background(), after); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the hand-made HPA is gone", func() error {
+		err := envK8s.Get(context.Background(), key, &autoscalingv2.HorizontalPodAutoscaler{})
+		if err == nil {
+			return fmt.Errorf("still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	mustCreate(t, fixtures.MakePipeline(ns, "p3").Load(3).Chain("green").Obj())
+	eventually(t, "AutoscalerReady True with the class's own HPA", func() error {
+		wc := getClass(t, ns, "green")
+		c := meta.FindStatusCondition(wc.Status.Conditions, schedulingv1alpha1.WorkerClassAutoscalerReady)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("condition %+v", c)
+		}
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := envK8s.Get(context.Background(), key, hpa); err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(hpa, wc) || hpa.Spec.ScaleTargetRef.Kind != "WorkerSet" {
+			return fmt.Errorf("HPA owners %v target %+v", hpa.OwnerReferences, hpa.Spec.ScaleTargetRef)
+		}
+		return nil
+	})
 }
