@@ -53,6 +53,24 @@ func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPod
 	return hpa
 }
 
+// setHPASpec sets in spec the fields of want that the operator owns (desiredHPA sets): the scale
+// target, the bounds, the metrics and the scale-down stabilization window. The rest of the behavior
+// (scale-up rules, scale-down policies and select policy) is left as it is: the API server fills it
+// with its defaults when the HPA is created, and a change made to it by hand is kept.
+func setHPASpec(spec, want *autoscalingv2.HorizontalPodAutoscalerSpec) {
+	spec.ScaleTargetRef = want.ScaleTargetRef
+	spec.MinReplicas = want.MinReplicas
+	spec.MaxReplicas = want.MaxReplicas
+	spec.Metrics = want.Metrics
+	if spec.Behavior == nil {
+		spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{}
+	}
+	if spec.Behavior.ScaleDown == nil {
+		spec.Behavior.ScaleDown = &autoscalingv2.HPAScalingRules{}
+	}
+	spec.Behavior.ScaleDown.StabilizationWindowSeconds = want.Behavior.ScaleDown.StabilizationWindowSeconds
+}
+
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
 func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
@@ -77,8 +95,11 @@ func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *scheduli
 	}
 	want := desiredHPA(wc)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace}}
+	// CreateOrPatch writes only when the mutation changed the object it read: setting only the
+	// fields the operator owns leaves what the API server defaulted as it is, so an HPA that
+	// matches the class is not written again on every reconcile.
 	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, hpa, func() error {
-		hpa.Spec = want.Spec
+		setHPASpec(&hpa.Spec, &want.Spec)
 		return controllerutil.SetControllerReference(wc, hpa, r.Scheme())
 	}); err != nil {
 		return false, "", "", fmt.Errorf("write autoscaler: %w", err)

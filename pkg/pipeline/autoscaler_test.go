@@ -3,6 +3,8 @@ package pipeline
 import (
 	"testing"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -28,5 +30,41 @@ func TestDesiredHPA(t *testing.T) {
 	}
 	if *hpa.Spec.MinReplicas != 2 || hpa.Spec.MaxReplicas != 9 || *hpa.Spec.Behavior.ScaleDown.StabilizationWindowSeconds != 15 {
 		t.Errorf("bounds %d..%d window %d", *hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas, *hpa.Spec.Behavior.ScaleDown.StabilizationWindowSeconds)
+	}
+}
+
+// TestSetHPASpecKeepsDefaults: an HPA as the API server returns it, with the defaults it fills in,
+// is left unchanged by setHPASpec when it matches the class, and gets the class's fields when not.
+func TestSetHPASpecKeepsDefaults(t *testing.T) {
+	wc := &schedulingv1alpha1.WorkerClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "green", Namespace: "ns"},
+		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: 15, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 5}},
+	}
+	served := desiredHPA(wc).Spec.DeepCopy()
+	served.Behavior.ScaleDown.SelectPolicy = ptr.To(autoscalingv2.MaxChangePolicySelect)
+	served.Behavior.ScaleDown.Policies = []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}
+	served.Behavior.ScaleUp = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0), SelectPolicy: ptr.To(autoscalingv2.MaxChangePolicySelect),
+		Policies: []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 15}, {Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}}
+
+	got := served.DeepCopy()
+	setHPASpec(got, &desiredHPA(wc).Spec)
+	if !apiequality.Semantic.DeepEqual(got, served) {
+		t.Errorf("setHPASpec changed an HPA that matches the class:\n got %+v\nwant %+v", got, served)
+	}
+
+	wc.Spec.Autoscaling.MaxReplicas = 7
+	wc.Spec.Autoscaling.ScaleDownStabilizationSeconds = ptr.To[int32](30)
+	setHPASpec(got, &desiredHPA(wc).Spec)
+	if got.MaxReplicas != 7 || *got.Behavior.ScaleDown.StabilizationWindowSeconds != 30 {
+		t.Errorf("max %d window %d, want 7 and 30", got.MaxReplicas, *got.Behavior.ScaleDown.StabilizationWindowSeconds)
+	}
+	if !apiequality.Semantic.DeepEqual(got.Behavior.ScaleUp, served.Behavior.ScaleUp) || len(got.Behavior.ScaleDown.Policies) != 1 {
+		t.Errorf("setHPASpec dropped the defaulted behavior: %+v", got.Behavior)
+	}
+
+	empty := &autoscalingv2.HorizontalPodAutoscalerSpec{}
+	setHPASpec(empty, &desiredHPA(wc).Spec)
+	if want := desiredHPA(wc).Spec; !apiequality.Semantic.DeepEqual(*empty, want) {
+		t.Errorf("setHPASpec on a new HPA:\n got %+v\nwant %+v", *empty, want)
 	}
 }

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +34,10 @@ import (
 var (
 	envCfg *rest.Config
 	envK8s client.WithWatch
+	// envAllocator is the allocator the suite's controllers feed and read.
+	envAllocator *Allocator
+	// hpaWrites records the WorkerClass controller's writes of HorizontalPodAutoscalers.
+	hpaWrites = &writeRecorder{writes: map[types.NamespacedName][]string{}}
 )
 
 func TestMain(m *testing.M) {
@@ -66,6 +74,7 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	alloc := NewAllocator(nil)
+	envAllocator = alloc
 	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
 		return err
 	}
@@ -75,10 +84,63 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&WorkerClassReconciler{Client: mgr.GetClient(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&WorkerClassReconciler{Client: &hpaWriteCounter{Client: mgr.GetClient(), rec: hpaWrites}, Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+}
+
+// writeRecorder records, per object, the verbs of the writes made to it.
+type writeRecorder struct {
+	mu     sync.Mutex
+	writes map[types.NamespacedName][]string
+}
+
+func (r *writeRecorder) record(obj client.Object, verb string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := client.ObjectKeyFromObject(obj)
+	r.writes[key] = append(r.writes[key], verb)
+}
+
+// of returns the verbs of the writes made to an object so far, in order.
+func (r *writeRecorder) of(key types.NamespacedName) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.writes[key])
+}
+
+// hpaWriteCounter is a client that records every create, update, patch and delete of a
+// HorizontalPodAutoscaler it sends, whatever the API server makes of it.
+type hpaWriteCounter struct {
+	client.Client
+	rec *writeRecorder
+}
+
+func (c *hpaWriteCounter) count(obj client.Object, verb string) {
+	if _, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
+		c.rec.record(obj, verb)
+	}
+}
+
+func (c *hpaWriteCounter) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.count(obj, "create")
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *hpaWriteCounter) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.count(obj, "update")
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *hpaWriteCounter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.count(obj, "patch")
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c *hpaWriteCounter) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.count(obj, "delete")
+	return c.Client.Delete(ctx, obj, opts...)
 }
 
 func needEnv(t *testing.T) { t.Helper(); testenv.NeedEnv(t, envCfg) }

@@ -1,0 +1,114 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// TestCollectorFromAllocator feeds an allocator as the informers would and checks every series
+// the Collector serves, then again after deletions.
+func TestCollectorFromAllocator(t *testing.T) {
+	a := NewAllocator(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&Collector{Allocator: a})
+
+	a.OnWorkerClass(allocClass("green", 10), false)
+	a.OnWorkerClass(allocClass("blue", 30), false)
+	for i := range 3 {
+		a.OnPod(allocPod("green", i), false)
+	}
+	notReady := allocPod("green", 2)
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	a.OnPod(notReady, false)
+	a.OnPod(allocPod("blue", 0), false)
+
+	withPhase := func(pl *schedulingv1alpha1.Pipeline, phase schedulingv1alpha1.PipelinePhase) *schedulingv1alpha1.Pipeline {
+		pl.Status.Phase = phase
+		return pl
+	}
+	a.OnPipeline(withPhase(allocPipeline("a", 4, "green", "blue"), schedulingv1alpha1.PipelineReady), false)
+	a.OnPipeline(withPhase(allocPipeline("b", 6, "green"), schedulingv1alpha1.PipelinePending), false)
+	a.OnPipeline(withPhase(allocPipeline("c", 12, "green", "blue"), schedulingv1alpha1.PipelinePending), false) // 12 > a green worker: not requested of green
+	a.OnPipeline(withPhase(allocPipeline("d", 3, "green"), schedulingv1alpha1.PipelineInvalid), false)          // Invalid: requests nothing
+	a.OnPipeline(allocPipeline("e", 1, "blue"), false)                                                          // no status yet: Unknown
+
+	withBindingPhase := func(b *schedulingv1alpha1.PipelineBinding, phase schedulingv1alpha1.BindingPhase) *schedulingv1alpha1.PipelineBinding {
+		b.Status.Phase = phase
+		return b
+	}
+	a.OnBinding(withBindingPhase(allocBinding("a", "s0", "green", "green-0", 4, 1), schedulingv1alpha1.BindingReady), false)
+	a.OnBinding(withBindingPhase(allocBinding("a", "s1", "blue", "blue-0", 4, 1), schedulingv1alpha1.BindingPending), false)
+	a.OnBinding(allocBinding("e", "s0", "blue", "blue-0", 1, 1), false) // no status yet: Unknown
+
+	// Another namespace is reported under its own label and does not leak into "ns".
+	other := allocClass("green", 50)
+	other.Namespace = "other"
+	a.OnWorkerClass(other, false)
+
+	class := func(name string) []string { return []string{"workerclass", name, "workerclass_namespace", "ns"} }
+	phase := func(p string) []string { return []string{"pipeline_namespace", "ns", "phase", p} }
+	want := map[string]float64{
+		series("conveyor_workerclass_requested_documents_per_second", class("green")...): 4 + 6,
+		series("conveyor_workerclass_requested_documents_per_second", class("blue")...):  4 + 12 + 1,
+		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):  2 * 10,
+		series("conveyor_workerclass_capacity_documents_per_second", class("blue")...):   30,
+		series("conveyor_workerclass_workers", class("green")...):                        2,
+		series("conveyor_workerclass_workers", class("blue")...):                         1,
+		series("conveyor_pipelines", phase("Ready")...):                                  1,
+		series("conveyor_pipelines", phase("Pending")...):                                2,
+		series("conveyor_pipelines", phase("Invalid")...):                                1,
+		series("conveyor_pipelines", phase("Unknown")...):                                1,
+		series("conveyor_pipeline_bindings", phase("Ready")...):                          1,
+		series("conveyor_pipeline_bindings", phase("Pending")...):                        1,
+		series("conveyor_pipeline_bindings", phase("Unknown")...):                        1,
+	}
+	if d := diffSeries(gatherConveyor(t, reg, "ns"), want); d != "" {
+		t.Errorf("series of ns: %s", d)
+	}
+	otherWant := map[string]float64{
+		series("conveyor_workerclass_requested_documents_per_second", "workerclass", "green", "workerclass_namespace", "other"): 0,
+		series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "green", "workerclass_namespace", "other"):  0,
+		series("conveyor_workerclass_workers", "workerclass", "green", "workerclass_namespace", "other"):                        0,
+	}
+	if d := diffSeries(gatherConveyor(t, reg, "other"), otherWant); d != "" {
+		t.Errorf("series of other: %s", d)
+	}
+
+	// Deletions: a Pending pipeline, a Ready green worker, the blue class, a binding; a pipeline
+	// changes phase.
+	a.OnPipeline(allocPipeline("b", 6, "green"), true)
+	a.OnPod(allocPod("green", 1), true)
+	a.OnWorkerClass(allocClass("blue", 30), true)
+	a.OnBinding(allocBinding("e", "s0", "blue", "blue-0", 1, 1), true)
+	a.OnPipeline(withPhase(allocPipeline("e", 1, "blue"), schedulingv1alpha1.PipelinePending), false)
+	want = map[string]float64{
+		series("conveyor_workerclass_requested_documents_per_second", class("green")...): 4,
+		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):  10,
+		series("conveyor_workerclass_workers", class("green")...):                        1,
+		series("conveyor_pipelines", phase("Ready")...):                                  1,
+		series("conveyor_pipelines", phase("Pending")...):                                2,
+		series("conveyor_pipelines", phase("Invalid")...):                                1,
+		series("conveyor_pipeline_bindings", phase("Ready")...):                          1,
+		series("conveyor_pipeline_bindings", phase("Pending")...):                        1,
+	}
+	if d := diffSeries(gatherConveyor(t, reg, "ns"), want); d != "" {
+		t.Errorf("series of ns after deletions: %s", d)
+	}
+
+	// The metrics follow Prometheus' naming conventions.
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if n := testutil.CollectAndCount(&Collector{Allocator: a}, "conveyor_workerclass_workers"); n != 2 {
+		t.Errorf("%d conveyor_workerclass_workers series, want 2 (green in ns and in other)", n)
+	}
+}
