@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
 // DefaultDeadEndGrace is how long a bound Pod may be not Ready before its binding is DeadEnd.
@@ -270,22 +270,15 @@ func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alph
 	if success {
 		st.ObservedGeneration = b.Generation
 	}
-	if apiequality.Semantic.DeepEqual(b.Status, st) {
-		return nil
-	}
 	old := b.Status.Phase
-	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
-	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	b.Status = st
-	if err := r.Status().Patch(ctx, b, patch); err != nil {
-		return fmt.Errorf("write status: %w", err)
+	if _, err := conveyorstatus.Patch(ctx, r.Client, b, &b.Status, st); err != nil {
+		return err
 	}
-	if old != st.Phase {
-		eventType := corev1.EventTypeNormal
-		if st.Phase == schedulingv1alpha1.BindingDeadEnd {
-			eventType = corev1.EventTypeWarning
-		}
-		r.Recorder.Eventf(b, nil, eventType, string(st.Phase), "Phase", "phase %s -> %s (pod %q)", phaseOr(old, "none"), st.Phase, b.Spec.Pod)
+	// Events only for what a user acts on: a worker lost. The normal steps (Pending, Ready) are
+	// in the status and the printer columns.
+	if old != st.Phase && st.Phase == schedulingv1alpha1.BindingDeadEnd {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventDeadEnd, "Phase", "phase %s -> DeadEnd: %s",
+			phaseOr(old, "none"), readyMessage(&schedulingv1alpha1.PipelineBinding{Status: st}))
 	}
 	return nil
 }

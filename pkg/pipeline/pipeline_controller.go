@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
 const (
@@ -227,7 +228,14 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 	}
 	for _, class := range stageClasses(pl) {
 		wc := &schedulingv1alpha1.WorkerClass{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: pl.Namespace, Name: class}, wc); err != nil {
+		key := types.NamespacedName{Namespace: pl.Namespace, Name: class}
+		err := r.Get(ctx, key, wc)
+		if apierrors.IsNotFound(err) && r.APIReader != nil {
+			// A class created just before the pipeline may not be in the cache yet: one read past
+			// it keeps a stale cache from making the pipeline Invalid for a moment.
+			err = r.APIReader.Get(ctx, key, wc)
+		}
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -471,15 +479,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st sched
 	if success && !specPending(s) {
 		st.ObservedGeneration = pl.Generation
 	}
-	if apiequality.Semantic.DeepEqual(pl.Status, st) {
-		return nil
-	}
 	old := pl.Status.DeepCopy()
-	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
-	patch := client.MergeFromWithOptions(pl.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	pl.Status = st
-	if err := r.Status().Patch(ctx, pl, patch); err != nil {
-		return fmt.Errorf("write status: %w", err)
+	if wrote, err := conveyorstatus.Patch(ctx, r.Client, pl, &pl.Status, st); err != nil || !wrote {
+		return err
 	}
 	r.written.Store(pl.UID, st.Phase)
 	r.Allocator.OnPipeline(pl, false) // an Invalid pipeline stops counting at once

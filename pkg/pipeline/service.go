@@ -235,7 +235,7 @@ func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alp
 			return failed("re-created", err, false)
 		}
 		log.Info("Re-created Service for a new serviceType", "service", b.Name, "was", was, "now", mode)
-		r.Recorder.Eventf(b, want, corev1.EventTypeNormal, "ServiceRecreated", "RecreateService", "Service %s re-created as %s (was %s)", b.Name, mode, was)
+		r.Recorder.Eventf(b, want, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRecreated, "RecreateService", "Service %s re-created as %s (was %s)", b.Name, mode, was)
 		return serviceState{usable: true, created: want.CreationTimestamp.Time}, nil
 	}
 	if cur == nil {

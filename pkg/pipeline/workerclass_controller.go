@@ -25,6 +25,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
 // WorkerClassReconciler reports a WorkerClass's workers, the load pipelines request of it (the
@@ -65,7 +66,11 @@ func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("workerclass").
 		For(&schedulingv1alpha1.WorkerClass{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1alpha1.WorkerSet{}, handler.EnqueueRequestsFromMapFunc(r.setToClasses)).
-		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		// An HPA is named after its class: the class's own, or one in its way (AutoscalerConflict),
+		// whose removal lets the class create its own.
+		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+		})).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			r.Allocator.SetHooks(nil, func(namespace, class string) {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: class}})
@@ -136,14 +141,11 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if wait := r.debounce(key, wc.Status, st); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, syncErr
 	}
-	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
-	patch := client.MergeFromWithOptions(wc.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	wc.Status = st
-	if err := r.Status().Patch(ctx, wc, patch); err != nil {
+	if _, err := conveyorstatus.Patch(ctx, r.Client, wc, &wc.Status, st); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: raceRequeue}, nil
 		}
-		return ctrl.Result{}, errors.Join(fmt.Errorf("write status: %w", err), syncErr)
+		return ctrl.Result{}, errors.Join(err, syncErr)
 	}
 	r.mu.Lock()
 	r.lastWrite[key] = r.Now()

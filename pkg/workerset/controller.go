@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
 const (
@@ -368,14 +368,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, set *appsv1alpha1.WorkerSe
 	if success {
 		status.ObservedGeneration = set.Generation
 	}
-	if apiequality.Semantic.DeepEqual(set.Status, status) {
-		return nil
-	}
-	// Optimistic lock: a reconcile of an older copy must not overwrite a newer status.
-	patch := client.MergeFromWithOptions(set.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	set.Status = status
-	if err := r.Status().Patch(ctx, set, patch); err != nil {
-		return fmt.Errorf("write status: %w", err)
-	}
-	return nil
+	_, err := conveyorstatus.Patch(ctx, r.Client, set, &set.Status, status)
+	return err
 }

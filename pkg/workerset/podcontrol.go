@@ -45,15 +45,32 @@ type podControl struct {
 	expectations *expectations
 }
 
-// deleteError marks a failed Pod delete, for the ReplicaFailure reason.
-type deleteError struct{ err error }
+// writeError is a failed write with the ReplicaFailure reason that names what failed: a create, a
+// delete, a drain mark, a resize or a claim's owners. Each write is classified where it is made,
+// never from a joined error.
+type writeError struct {
+	reason string
+	err    error
+}
 
-func (e *deleteError) Error() string { return e.err.Error() }
-func (e *deleteError) Unwrap() error { return e.err }
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
 
-func isDeleteError(err error) bool {
-	var d *deleteError
-	return errors.As(err, &d)
+// failed wraps a write's error with its reason; nil stays nil.
+func failed(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &writeError{reason: reason, err: err}
+}
+
+// failureReason is the ReplicaFailure reason of the first failed write in err.
+func failureReason(err error) string {
+	var w *writeError
+	if errors.As(err, &w) {
+		return w.reason
+	}
+	return appsv1alpha1.ReasonCreateFailed
 }
 
 // apply carries out the plan. It stops at the first failing batch and returns the errors.
@@ -64,7 +81,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	var errs []error
 	for _, u := range p.claimOwners {
 		if err := c.updateClaimOwners(ctx, s, u); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, failed(appsv1alpha1.ReasonClaimUpdateFailed, err))
 			if u.forPod != "" {
 				blocked[u.forPod] = true
 			}
@@ -72,13 +89,13 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	}
 	for _, pod := range p.undrains {
 		if err := c.cancelDrain(ctx, s, pod); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, failed(appsv1alpha1.ReasonDrainFailed, err))
 		}
 	}
 
 	created, err := slowStart(len(p.creates), func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, failed(appsv1alpha1.ReasonCreateFailed, err))
 	}
 	if created < len(p.creates) {
 		// Later ordinals wait for the failure to clear; deletes still run, they free capacity.
@@ -87,7 +104,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 
 	for _, pod := range p.drains {
 		if err := c.startDrain(ctx, s, pod); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, failed(appsv1alpha1.ReasonDrainFailed, err))
 		}
 	}
 	var deletes []podDelete
@@ -101,7 +118,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	}
 	for _, r := range p.resizes {
 		if err := c.resizeClaim(ctx, s, r); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, failed(appsv1alpha1.ReasonResizeFailed, err))
 		}
 	}
 	p.conflicts = append(p.conflicts, done.conflicts...)
@@ -229,7 +246,7 @@ func (c *podControl) deletePod(ctx context.Context, s *scope, d podDelete, done 
 		c.expectations.DeletionFailed(s.key, pod.UID)
 		c.recorder.Eventf(s.set, pod, corev1.EventTypeWarning, eventFailedDelete, "DeletePod",
 			"delete Pod %s in WorkerSet %s failed error: %s", pod.Name, s.set.Name, err)
-		return &deleteError{fmt.Errorf("delete pod %s: %w", pod.Name, err)}
+		return failed(appsv1alpha1.ReasonDeleteFailed, fmt.Errorf("delete pod %s: %w", pod.Name, err))
 	}
 }
 

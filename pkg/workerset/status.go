@@ -72,10 +72,7 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 	conflicts := conflictMessage(p.conflicts)
 	switch {
 	case writeErr != nil:
-		reason := appsv1alpha1.ReasonCreateFailed
-		if isDeleteError(writeErr) {
-			reason = appsv1alpha1.ReasonDeleteFailed
-		}
+		reason := failureReason(writeErr)
 		message := writeErr.Error()
 		if conflicts != "" {
 			message += "; " + conflicts

@@ -43,9 +43,22 @@ func TestComputeStatus(t *testing.T) {
 		t.Errorf("ReplicaFailure: %+v", c)
 	}
 
-	st, _ = computeStatus(s, p, &deleteError{errors.New("delete pod w-3: forbidden")})
-	if c := meta.FindStatusCondition(st.Conditions, appsv1alpha1.WorkerSetReplicaFailure); c == nil || c.Status != metav1.ConditionTrue || c.Reason != appsv1alpha1.ReasonDeleteFailed {
-		t.Errorf("ReplicaFailure after a failed delete: %+v", c)
+	// Each failed write names what failed; a joined error reports its first failure's reason.
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{failed(appsv1alpha1.ReasonDeleteFailed, errors.New("delete pod w-3: forbidden")), appsv1alpha1.ReasonDeleteFailed},
+		{failed(appsv1alpha1.ReasonDrainFailed, errors.New("patch pod w-3: conflict")), appsv1alpha1.ReasonDrainFailed},
+		{failed(appsv1alpha1.ReasonResizeFailed, errors.New("resize claim data-w-0: forbidden")), appsv1alpha1.ReasonResizeFailed},
+		{failed(appsv1alpha1.ReasonClaimUpdateFailed, errors.New("update owners of claim data-w-2: conflict")), appsv1alpha1.ReasonClaimUpdateFailed},
+		{errors.Join(failed(appsv1alpha1.ReasonDrainFailed, errors.New("a")), failed(appsv1alpha1.ReasonCreateFailed, errors.New("b"))), appsv1alpha1.ReasonDrainFailed},
+		{failed(appsv1alpha1.ReasonCreateFailed, errors.New("create pod w-4: quota")), appsv1alpha1.ReasonCreateFailed},
+	} {
+		st, _ = computeStatus(s, p, tt.err)
+		if c := meta.FindStatusCondition(st.Conditions, appsv1alpha1.WorkerSetReplicaFailure); c == nil || c.Status != metav1.ConditionTrue || c.Reason != tt.want {
+			t.Errorf("ReplicaFailure after %v: %+v, want reason %s", tt.err, c, tt.want)
+		}
 	}
 
 	done := scopeFor(set, podsOf(set, podReady, 0, 1, 2))

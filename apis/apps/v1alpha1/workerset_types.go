@@ -289,6 +289,15 @@ const (
 	ReasonCreateFailed = "CreateFailed"
 	// ReasonDeleteFailed: deleting a Pod failed; the message has the API error.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonDrainFailed: marking a Pod PreparingDelete, or taking the mark off again, failed; the
+	// message has the API error.
+	ReasonDrainFailed = "DrainFailed"
+	// ReasonResizeFailed: patching a claim to a larger storage request failed; the message has the
+	// API error.
+	ReasonResizeFailed = "ResizeFailed"
+	// ReasonClaimUpdateFailed: changing a claim's owners (its retention) failed; the Pod it protects
+	// is not deleted until it succeeds. The message has the API error.
+	ReasonClaimUpdateFailed = "ClaimUpdateFailed"
 	// ReasonPodConflict: a Pod has one of the set's names but the set does not control it and
 	// cannot adopt it (another controller owns it, it lacks the set's label, or it is terminating);
 	// nothing is created at its ordinal until it goes. The message names the Pod and why.

@@ -128,6 +128,12 @@ const (
 	ReasonServiceRecreated = "ServiceRecreated"
 )
 
+// Event reasons of a PipelineBinding.
+const (
+	// EventDeadEnd: the binding's worker Pod is gone, replaced or not Ready past the grace period.
+	EventDeadEnd = "DeadEnd"
+)
+
 // PipelineBinding places one stage of a Pipeline on one worker Pod, and owns the Service that
 // selects that Pod. It is named <pipeline>-<stage> and owned by its Pipeline.
 //
