@@ -17,46 +17,24 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // Test-object builders.
 
+// The scenario's objects come from test/fixtures, the builders every test tier shares.
+
 func newClass(ns, name string, capacity int32) *schedulingv1alpha1.WorkerClass {
-	return &schedulingv1alpha1.WorkerClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: capacity},
-	}
+	return fixtures.MakeWorkerClass(ns, name).Capacity(capacity).Obj()
 }
 
 func newWorkerSet(ns, class string, replicas int32) *appsv1alpha1.WorkerSet {
-	return &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas: ptr.To(replicas),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: class}},
-				Spec: corev1.PodSpec{
-					SchedulerName: schedulingv1alpha1.SchedulerName,
-					Containers:    []corev1.Container{{Name: "worker", Image: "worker:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}},
-				},
-			},
-		},
-	}
+	return fixtures.MakeWorkerSet(ns, class).Replicas(replicas).Class(class).SchedulerName(schedulingv1alpha1.SchedulerName).Obj()
 }
 
 // chain is the original design's pipeline: first (blue) → second (green) → third (yellow).
 func chain(ns, name string, load int32) *schedulingv1alpha1.Pipeline {
-	return &schedulingv1alpha1.Pipeline{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: schedulingv1alpha1.PipelineSpec{
-			DocumentsPerSecond: load,
-			Workers: map[string]schedulingv1alpha1.PipelineWorker{
-				"first":  {Class: "blue", Next: []string{"second"}},
-				"second": {Class: "green", Next: []string{"third"}},
-				"third":  {Class: "yellow"},
-			},
-		},
-	}
+	return fixtures.MakePipeline(ns, name).Load(load).Chain("blue", "green", "yellow").Obj()
 }
 
 func mustCreate(t *testing.T, objs ...client.Object) {

@@ -71,7 +71,7 @@ func waitScaledUp(ctx context.Context, t *testing.T, ns string) {
 // the drain moved it there before its old worker went.
 func loadDrops(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
-	quietLogs()
+	cluster.QuietLogs()
 	c, err := client.NewWithWatch(env.RESTConfig(), client.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		t.Fatal(err)

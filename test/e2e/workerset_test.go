@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -23,67 +21,27 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
-
-var setLoggerOnce sync.Once
-
-// quietLogs silences controller-runtime's and klog's loggers, once, before the test process makes
-// its first controller-runtime client or manager (unset, controller-runtime complains).
-func quietLogs() {
-	setLoggerOnce.Do(func() {
-		ctrl.SetLogger(logr.Discard())
-		klog.SetLogger(logr.Discard()) // the custom metrics server logs through klog
-	})
-}
 
 // startOperator runs every Conveyor controller in this process against the cluster, watching only
 // the given namespace, until the test ends.
 func startOperator(t *testing.T, namespace string) {
 	t.Helper()
-	startOperatorWith(t, namespace, operator.Options{})
+	env.StartOperator(t, namespace, operator.Options{})
 }
 
 // startOperatorWith is startOperator with operator.Setup's options (the custom metrics server, for
-// one). The Prometheus collector is never registered: a test process starts many managers.
+// one).
 func startOperatorWith(t *testing.T, namespace string, opts operator.Options) {
 	t.Helper()
-	quietLogs()
-	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
-		Scheme:                 cluster.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  operator.CacheOptions(cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}),
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("operator manager: %v", err)
-	}
-	opts.SkipMetrics = true
-	if err := operator.Setup(context.Background(), mgr, opts); err != nil {
-		t.Fatalf("operator controllers: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("operator stopped: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	env.StartOperator(t, namespace, opts)
 }
 
 // createVolumePool creates n PersistentVolumes of a storage class of the test's own, so claims of

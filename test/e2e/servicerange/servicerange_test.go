@@ -12,17 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -46,30 +40,7 @@ func TestMain(m *testing.M) {
 
 func startOperator(t *testing.T, ns string) {
 	t.Helper()
-	ctrl.SetLogger(logr.Discard())
-	klog.SetLogger(logr.Discard())
-	mgr, err := ctrl.NewManager(env.RESTConfig(), ctrl.Options{
-		Scheme:                 cluster.Scheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("operator manager: %v", err)
-	}
-	if err := operator.Setup(context.Background(), mgr, operator.Options{SkipMetrics: true}); err != nil {
-		t.Fatalf("operator controllers: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("operator stopped: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	env.StartOperator(t, ns, operator.Options{})
 }
 
 // TestServiceRangeFull: single-stage pipelines of a ClusterIP class take one address each; those
