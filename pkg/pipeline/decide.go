@@ -34,13 +34,14 @@ type pipelineScope struct {
 
 	plan pipelinePlan
 	// Outcome, filled in by the writer.
-	unplaced      *unplaceable // placement found no room
-	moveBlocked   *unplaceable // a move off a draining Pod found no room; the stages stay
-	writeErrs     []stageError // writes that failed, by stage
-	written       bool         // bindings were created or changed this round
-	raced         bool         // a write found the cache behind (Conflict, AlreadyExists): look again
-	routesProblem string       // the routes ConfigMap cannot be written: an object is in the way
-	repairNext    bool         // a stage lost its worker: Broken is written first, the repair next round
+	unplaced      *unplaceable    // placement found no room
+	moveBlocked   *unplaceable    // a move off a draining Pod found no room; the stages stay
+	writeErrs     []stageError    // writes that failed, by stage
+	written       bool            // bindings were created or changed this round
+	rewritten     map[string]bool // the stages whose bindings were written this round
+	raced         bool            // a write found the cache behind (Conflict, AlreadyExists): look again
+	routesProblem string          // the routes ConfigMap cannot be written: an object is in the way
+	repairNext    bool            // a stage lost its worker: Broken is written first, the repair next round
 }
 
 // stageError is a failed write of one stage's binding.
@@ -257,7 +258,15 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 
 	placed, ready := 0, 0
 	var notReady []string
-	dead := len(p.dead) > 0 // a DeadEnd seen this round shows as Broken, even if already re-placed
+	// A DeadEnd seen this round shows as Broken until its stage is placed again; the controller
+	// writes Broken before it writes the repair (apply), so a repair written this round moves the
+	// phase on to Plotted.
+	dead := false
+	for _, name := range p.dead {
+		if !s.rewritten[name] {
+			dead = true
+		}
+	}
 	for _, name := range p.order {
 		b := s.bindings[name]
 		if b == nil || b.Spec.Pod == "" {
@@ -272,6 +281,8 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 		switch {
 		case isDeadEnd(b) || podReplaced(b, s.workers):
 			dead = true
+			notReady = append(notReady, name+" (DeadEnd)")
+		case slices.Contains(p.dead, name) && !s.rewritten[name]:
 			notReady = append(notReady, name+" (DeadEnd)")
 		case slices.Contains(p.dead, name):
 			notReady = append(notReady, fmt.Sprintf("%s (lost its worker, placed again on %s)", name, b.Spec.Pod))

@@ -440,6 +440,10 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 		case w.err == nil:
 			s.bindings[w.stage] = w.obj
 			s.written = true
+			if s.rewritten == nil {
+				s.rewritten = map[string]bool{}
+			}
+			s.rewritten[w.stage] = true
 			ctrl.LoggerFrom(ctx).V(2).Info("Bound stage", "stage", w.stage, "pod", w.obj.Spec.Pod)
 		case apierrors.IsConflict(w.err) || apierrors.IsAlreadyExists(w.err):
 			// The cache was behind the API server: the next round reads the newer binding.

@@ -604,9 +604,12 @@ func backwards(old, now schedulingv1alpha1.PipelinePhase) bool {
 // ---- Driving it ----
 
 func (w *world) reconcile(name string) {
-	// What the controller can see: a DeadEnd binding in the cache must lead to Broken.
+	// What the controller can see: a DeadEnd binding in the cache, for the binding's current spec
+	// (not an older copy the controller already repaired), must lead to Broken.
 	for _, o := range w.cache["PipelineBinding"] {
-		if b := o.(*schedulingv1alpha1.PipelineBinding); b.Spec.Pipeline == name && isDeadEnd(b) {
+		current := &schedulingv1alpha1.PipelineBinding{}
+		if b := o.(*schedulingv1alpha1.PipelineBinding); b.Spec.Pipeline == name && isDeadEnd(b) &&
+			w.truth.Get(w.ctx, client.ObjectKeyFromObject(b), current) == nil && current.Generation == b.Generation {
 			live := &schedulingv1alpha1.Pipeline{}
 			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) {
 				w.deadSeen[name] = true
