@@ -139,7 +139,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	key := client.ObjectKeyFromObject(wc)
 	if wait := r.debounce(key, wc.Status, st); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, syncErr
+		return conveyorstatus.Result(ctrl.Result{RequeueAfter: wait}, syncErr)
 	}
 	if _, err := conveyorstatus.Patch(ctx, r.Client, wc, &wc.Status, st); err != nil {
 		if apierrors.IsConflict(err) {

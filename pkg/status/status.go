@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -28,4 +29,14 @@ func Patch[S any](ctx context.Context, c client.Client, obj client.Object, curre
 		return false, fmt.Errorf("write status of %s: %w", obj.GetName(), err)
 	}
 	return true, nil
+}
+
+// Result is what a reconcile returns: the Result, or the error, never both. With an error,
+// controller-runtime ignores the Result and requeues with its exponential backoff, so a requeue
+// time returned alongside it would be dead code.
+func Result(res ctrl.Result, err error) (ctrl.Result, error) {
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return res, nil
 }

@@ -223,11 +223,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	if statusErr := r.writeStatus(ctx, set, status, writeErr == nil); statusErr != nil {
 		if apierrors.IsConflict(statusErr) {
-			return ctrl.Result{RequeueAfter: conflictRequeue}, writeErr
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: conflictRequeue}, writeErr)
 		}
-		return result, errors.Join(writeErr, statusErr)
+		return ctrl.Result{}, errors.Join(writeErr, statusErr)
 	}
-	return result, writeErr
+	return conveyorstatus.Result(result, writeErr)
 }
 
 // newScope reads the set's Pods and claims from the cache once.
