@@ -172,3 +172,19 @@ The DNS names of a Service, for the serving certificate's SANs.
 - {{ printf "%s.%s.svc.cluster.local" . $ns }}
 {{- end }}
 {{- end }}
+
+{{/*
+The cluster-scoped resources, as "<group>/<resource>", among those the operator's markers could
+name. With operator.watchNamespaces set, rules on these stay in the ClusterRole and every other
+rule goes into the Roles of the watched namespaces. A resource missing here that is cluster-scoped
+would land in the Roles, where it grants nothing: TestChartRBACScopes checks the split against the
+API server's discovery.
+*/}}
+{{- define "conveyor.clusterScopedResources" -}}
+{{- list "/nodes" "/namespaces" "/persistentvolumes" "storage.k8s.io/storageclasses" "storage.k8s.io/csinodes" "storage.k8s.io/csidrivers" "scheduling.k8s.io/priorityclasses" "apiextensions.k8s.io/customresourcedefinitions" "apiregistration.k8s.io/apiservices" "authentication.k8s.io/tokenreviews" "authorization.k8s.io/subjectaccessreviews" | toJson }}
+{{- end }}
+
+{{/* The annotation of the operator's ClusterRole that records the namespaces it watches ("" is all). */}}
+{{- define "conveyor.watchNamespacesAnnotation" -}}
+conveyor.dev/watch-namespaces
+{{- end }}
