@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -1236,5 +1237,64 @@ func TestChartWatchNamespacesRBAC(t *testing.T) {
 	// The cluster-scoped read it keeps: StorageClasses (whether a claim can grow).
 	if err := op.List(ctx, &storagev1.StorageClassList{}); err != nil {
 		t.Errorf("as the operator, listing StorageClasses: %v", err)
+	}
+}
+
+// TestChartOneOperatorPerNamespace: a release whose operator would reconcile a namespace another
+// release's operator already watches (or every namespace, or one that watches every namespace) is
+// refused at install; a release on other namespaces is not, nor an upgrade of the release itself.
+// `lookup` sees the cluster in install, upgrade and --dry-run=server, not in helm template.
+func TestChartOneOperatorPerNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), chartTestTimeout)
+	defer cancel()
+	h := newHelm(t)
+	systemA := testenv.NewNamespace(t, env.Client(), "one-a", testenv.DeleteAfterTest())
+	systemB := testenv.NewNamespace(t, env.Client(), "one-b", testenv.DeleteAfterTest())
+	w1 := testenv.NewNamespace(t, env.Client(), "one-w1", testenv.DeleteAfterTest())
+	w2 := testenv.NewNamespace(t, env.Client(), "one-w2", testenv.DeleteAfterTest())
+	const first, second = "conveyor-one-a", "conveyor-one-b"
+	installed := false
+	t.Cleanup(func() {
+		if installed {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, _ = h.run(ctx, "uninstall", first, "--namespace", systemA, "--ignore-not-found", "--wait", "--timeout", "90s")
+		}
+	})
+	common := []string{"--skip-crds", "--set", "customMetrics.enabled=false", "--set", "operator.replicas=1", "--set", "scheduler.replicas=1"}
+	installed = true
+	if out, err := h.run(ctx, append([]string{"install", first, chartDir(), "--namespace", systemA, "--set", "operator.watchNamespaces={" + w1 + "}"}, common...)...); err != nil {
+		t.Fatalf("helm install %s: %v\n%s", first, err, out)
+	}
+
+	for _, tc := range []struct {
+		watch   string
+		refused bool
+	}{
+		{"{" + w1 + "}", true},
+		{"{" + w2 + "," + w1 + "}", true},
+		{"", true}, // the default: every namespace
+		{"{" + w2 + "}", false},
+	} {
+		t.Run("watchNamespaces="+cmp.Or(tc.watch, "default"), func(t *testing.T) {
+			args := append([]string{"install", second, chartDir(), "--namespace", systemB, "--dry-run=server"}, common...)
+			if tc.watch != "" {
+				args = append(args, "--set", "operator.watchNamespaces="+tc.watch)
+			}
+			out, err := h.run(ctx, args...)
+			switch {
+			case tc.refused && err == nil:
+				t.Errorf("a second release watching %s beside %s (watching %s) was accepted", tc.watch, first, w1)
+			case tc.refused && !strings.Contains(err.Error(), "another Conveyor operator is installed") || tc.refused && !strings.Contains(err.Error(), first):
+				t.Errorf("the refusal does not say why, or does not name %s: %v", first, err)
+			case !tc.refused && err != nil:
+				t.Errorf("a second release on other namespaces was refused: %v\n%s", err, out)
+			}
+		})
+	}
+	// The release itself is not in its own way, and may move to another namespace.
+	if out, err := h.run(ctx, "upgrade", first, chartDir(), "--namespace", systemA, "--reuse-values", "--dry-run=server",
+		"--set", "operator.watchNamespaces={"+w1+","+w2+"}"); err != nil {
+		t.Errorf("helm upgrade %s --dry-run=server: %v\n%s", first, err, out)
 	}
 }
