@@ -50,7 +50,7 @@ func main() {
 	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; 0 disables it.")
 	flag.BoolVar(&opts.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization.")
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader through a Lease so only one replica reconciles.")
+	flag.BoolVar(&opts.leaderElect, "leader-elect", true, "Elect a leader through a Lease so only one replica reconciles; false only for a single process that nothing else runs beside (tests, benchmarks).")
 	flag.StringVar(&opts.leaderElectionID, "leader-election-id", "conveyor-operator.conveyor.dev", "Name of the leader election Lease.")
 	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the namespace the operator runs in).")
 	flag.StringVar(&opts.namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")

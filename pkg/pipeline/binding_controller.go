@@ -46,9 +46,10 @@ type BindingReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings/status,verbs=patch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 
 // SetupWithManager registers the controller and its watches.
 func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {

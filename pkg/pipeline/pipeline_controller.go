@@ -64,11 +64,12 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines/status,verbs=patch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines/finalizers,verbs=update
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller and its watches. A Pipeline wakes on its own spec,

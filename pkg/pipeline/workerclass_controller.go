@@ -45,9 +45,10 @@ type WorkerClassReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses/status,verbs=patch
+// +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;patch;delete
 
 // SetupWithManager registers the controller and its watches: the class itself, its WorkerSet, its
 // HPA, and the allocator, which says when a class's numbers changed.

@@ -59,12 +59,16 @@ type Reconciler struct {
 	control      *podControl
 }
 
+// RBAC: only the verbs the code uses (status is written by patch only). The finalizers subresource
+// is for blockOwnerDeletion: the controller references the set puts on Pods, claims and revisions
+// need update on it where OwnerReferencesPermissionEnforcement is on (OpenShift).
 // +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets/status,verbs=patch
+// +kubebuilder:rbac:groups=apps.conveyor.dev,resources=workersets/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller, its index and its watches with the manager.

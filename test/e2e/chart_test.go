@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -24,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +35,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedulerconfigvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
@@ -199,16 +202,22 @@ func TestChartTemplate(t *testing.T) {
 		serverDryRun(ctx, t, objs)
 	})
 
+	// The watched namespaces must exist for the dry run to accept the operator's Roles in them.
+	watchA := testenv.NewNamespace(t, env.Client(), "watch-a", testenv.DeleteAfterTest())
+	watchB := testenv.NewNamespace(t, env.Client(), "watch-b", testenv.DeleteAfterTest())
 	t.Run("other release name, one replica each", func(t *testing.T) {
 		objs := renderChart(ctx, t, h, "docs", ns, "operator.replicas=1", "scheduler.replicas=1", "scheduler.plugin.scoringStrategy=Pack",
-			"scheduler.plugin.defaultNodeCapacity=120", "scheduler.plugin.enforceNodeCapacity=true", "operator.watchNamespaces={a,b}")
+			"scheduler.plugin.defaultNodeCapacity=120", "scheduler.plugin.enforceNodeCapacity=true", "operator.watchNamespaces={"+watchA+","+watchB+"}")
 		checkChartObjects(t, objs, "docs", ns)
 		if n := countKind(objs, "PodDisruptionBudget"); n != 0 {
 			t.Errorf("%d PodDisruptionBudgets with one replica each, want none", n)
 		}
 		checkSchedulerConfig(t, objs, "docs", ns, schedconfig.WorkerClassCapacityArgs{ScoringStrategy: schedconfig.Pack, DefaultNodeCapacity: 120, EnforceNodeCapacity: true})
-		if args := containerArgs(t, objs, "docs-conveyor-operator"); !slices.Contains(args, "--namespaces=a,b") {
-			t.Errorf("operator args %q lack --namespaces=a,b", args)
+		if args := containerArgs(t, objs, "docs-conveyor-operator"); !slices.Contains(args, "--namespaces="+watchA+","+watchB) {
+			t.Errorf("operator args %q lack --namespaces=%s,%s", args, watchA, watchB)
+		}
+		if got := watchedNamespaces(objs, "docs-conveyor"); !slices.Equal(got, []string{watchA, watchB}) {
+			t.Errorf("the operator's ClusterRole records the watched namespaces %q, want %q", got, []string{watchA, watchB})
 		}
 		serverDryRun(ctx, t, objs)
 	})
@@ -496,6 +505,11 @@ func checkChartObjects(t *testing.T, objs []*unstructured.Unstructured, release,
 			}
 		case o.GetKind() == "RoleBinding" && o.GetName() == fullname+"-auth-reader":
 			expect(t, what+" namespace", o.GetNamespace(), "kube-system")
+		case (o.GetKind() == "Role" || o.GetKind() == "RoleBinding") && o.GetName() == fullname+"-operator":
+			// The operator's rules in each watched namespace.
+			if watched := watchedNamespaces(objs, fullname); !slices.Contains(watched, o.GetNamespace()) {
+				t.Errorf("%s: in namespace %q, which the operator does not watch (%q)", what, o.GetNamespace(), watched)
+			}
 		default:
 			expect(t, what+" namespace", o.GetNamespace(), ns)
 		}
@@ -581,11 +595,42 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, fullname, ns str
 	}
 	if o := findObject(objs, "ClusterRole", fullname+"-operator"); o == nil {
 		t.Errorf("no ClusterRole %s-operator", fullname)
-	} else {
+	} else if watched := watchedNamespaces(objs, fullname); len(watched) == 0 {
+		// Every namespace: the generated rules, as they are, in the ClusterRole; no Role.
 		got := &rbacv1.ClusterRole{}
 		fromUnstructured(t, o, got)
 		if !reflect.DeepEqual(got.Rules, want.Rules) {
 			t.Errorf("ClusterRole %s rules differ from files/rbac/role.yaml:\n got %+v\nwant %+v", o.GetName(), got.Rules, want.Rules)
+		}
+		if r := findObject(objs, "Role", fullname+"-operator"); r != nil {
+			t.Errorf("a Role %s in %s without operator.watchNamespaces", r.GetName(), r.GetNamespace())
+		}
+	} else {
+		// Some namespaces: the ClusterRole holds the generated rules on cluster-scoped resources, the
+		// Role in each watched namespace those on namespaced ones; together, exactly the generated rules.
+		scope := resourceScopes(t)
+		cluster := &rbacv1.ClusterRole{}
+		fromUnstructured(t, o, cluster)
+		clusterGrants := checkScope(t, "ClusterRole "+o.GetName(), cluster.Rules, scope, false)
+		wantGrants := grants(want.Rules)
+		for _, w := range watched {
+			role := findNamespacedObject(objs, "Role", w, fullname+"-operator")
+			if role == nil {
+				t.Errorf("no Role %s-operator in the watched namespace %s", fullname, w)
+				continue
+			}
+			if findNamespacedObject(objs, "RoleBinding", w, fullname+"-operator") == nil {
+				t.Errorf("no RoleBinding %s-operator in the watched namespace %s", fullname, w)
+			}
+			r := &rbacv1.Role{}
+			fromUnstructured(t, role, r)
+			got := checkScope(t, "Role "+w+"/"+role.GetName(), r.Rules, scope, true)
+			for g := range clusterGrants {
+				got[g] = true
+			}
+			if !reflect.DeepEqual(got, wantGrants) {
+				t.Errorf("ClusterRole %s and Role %s/%s together grant\n %v\nwant the generated\n %v", o.GetName(), w, role.GetName(), sortedKeys(got), sortedKeys(wantGrants))
+			}
 		}
 	}
 
@@ -617,7 +662,7 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, fullname, ns str
 		if binding.RoleRef.Kind == "ClusterRole" && strings.HasPrefix(binding.RoleRef.Name, fullname) && findObject(objs, "ClusterRole", binding.RoleRef.Name) == nil {
 			t.Errorf("%s %s refers to ClusterRole %s, which is not rendered", o.GetKind(), o.GetName(), binding.RoleRef.Name)
 		}
-		if binding.RoleRef.Kind == "Role" && o.GetNamespace() == ns && findObject(objs, "Role", binding.RoleRef.Name) == nil {
+		if binding.RoleRef.Kind == "Role" && o.GetNamespace() != "kube-system" && findNamespacedObject(objs, "Role", o.GetNamespace(), binding.RoleRef.Name) == nil {
 			t.Errorf("%s %s refers to Role %s, which is not rendered", o.GetKind(), o.GetName(), binding.RoleRef.Name)
 		}
 	}
@@ -988,6 +1033,99 @@ func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 	return nil
 }
 
+func findNamespacedObject(objs []*unstructured.Unstructured, kind, ns, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetNamespace() == ns && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// watchedNamespaces is what the operator's ClusterRole records in conveyor.dev/watch-namespaces
+// (operator.watchNamespaces): none for every namespace.
+func watchedNamespaces(objs []*unstructured.Unstructured, fullname string) []string {
+	o := findObject(objs, "ClusterRole", fullname+"-operator")
+	if o == nil {
+		return nil
+	}
+	v := o.GetAnnotations()["conveyor.dev/watch-namespaces"]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// resourceScopes maps "<group>/<resource>" to whether the local API server serves it namespaced.
+func resourceScopes(t *testing.T) map[string]bool {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(env.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A group whose aggregated API is down (custom metrics without its server) is only missing.
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		t.Fatalf("discovery: %v", err)
+	}
+	scope := map[string]bool{}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range l.APIResources {
+			scope[gv.Group+"/"+r.Name] = r.Namespaced
+		}
+	}
+	return scope
+}
+
+// grants expands rules into "<group>/<resource>:<verb>" entries.
+func grants(rules []rbacv1.PolicyRule) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out[g+"/"+res+":"+v] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkScope fails on any rule of what on a resource (or subresource of one) that is not of the
+// wanted scope, or that the API server does not serve, and returns the rules' grants.
+func checkScope(t *testing.T, what string, rules []rbacv1.PolicyRule, scope map[string]bool, namespaced bool) map[string]bool {
+	t.Helper()
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				base, _, _ := strings.Cut(res, "/")
+				isNamespaced, known := scope[g+"/"+base]
+				switch {
+				case !known:
+					t.Errorf("%s: the API server serves no resource %s in group %q", what, base, g)
+				case isNamespaced != namespaced:
+					t.Errorf("%s: a rule on %s/%s, which is namespaced=%v", what, g, res, isNamespaced)
+				}
+			}
+		}
+	}
+	return grants(rules)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 func countKind(objs []*unstructured.Unstructured, kind string) int {
 	n := 0
 	for _, o := range objs {
@@ -1025,4 +1163,138 @@ func containerArgs(t *testing.T, objs []*unstructured.Unstructured, name string)
 		return nil
 	}
 	return d.Spec.Template.Spec.Containers[0].Args
+}
+
+// TestChartWatchNamespacesRBAC installs the chart with operator.watchNamespaces and acts with a
+// token of the operator's ServiceAccount: it may create Pods, ConfigMaps and Services in the
+// watched namespace and nothing of that anywhere else, and reads Pods only where it watches.
+func TestChartWatchNamespacesRBAC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), chartTestTimeout)
+	defer cancel()
+	h := newHelm(t)
+	system := testenv.NewNamespace(t, env.Client(), "rbac-system", testenv.DeleteAfterTest())
+	watched := testenv.NewNamespace(t, env.Client(), "rbac-watched", testenv.DeleteAfterTest())
+	other := testenv.NewNamespace(t, env.Client(), "rbac-other", testenv.DeleteAfterTest())
+	const release = "conveyor-rbac"
+	installed := false
+	t.Cleanup(func() {
+		if installed {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, _ = h.run(ctx, "uninstall", release, "--namespace", system, "--ignore-not-found", "--wait", "--timeout", "90s")
+		}
+	})
+	installed = true
+	// No APIService: nothing serves it here, and one left unavailable would slow discovery.
+	if out, err := h.run(ctx, "install", release, chartDir(), "--namespace", system, "--skip-crds",
+		"--set", "customMetrics.enabled=false", "--set", "operator.replicas=1", "--set", "scheduler.replicas=1",
+		"--set", "operator.watchNamespaces={"+watched+"}"); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", serviceAccountKubeconfig(ctx, t, system, release+"-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := func(ns string) []client.Object {
+		return []client.Object{
+			&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/none:v1"}}},
+			},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routes"}},
+			&corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stage"},
+				Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 80}}},
+			},
+		}
+	}
+	// A dry run is authorized like a real request, and leaves nothing behind.
+	for _, o := range objects(watched) {
+		if err := op.Create(ctx, o, client.DryRunAll); err != nil {
+			t.Errorf("as the operator, creating %T %s in the watched namespace %s: %v, want it allowed", o, o.GetName(), watched, err)
+		}
+	}
+	for _, ns := range []string{other, system} {
+		for _, o := range objects(ns) {
+			if err := op.Create(ctx, o, client.DryRunAll); !apierrors.IsForbidden(err) {
+				t.Errorf("as the operator, creating %T %s in namespace %s, which it does not watch: %v, want Forbidden", o, o.GetName(), ns, err)
+			}
+		}
+	}
+	if err := op.List(ctx, &corev1.PodList{}, client.InNamespace(watched)); err != nil {
+		t.Errorf("as the operator, listing Pods in %s: %v", watched, err)
+	}
+	for _, ns := range []string{other, ""} {
+		if err := op.List(ctx, &corev1.PodList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
+			t.Errorf("as the operator, listing Pods in %q: %v, want Forbidden", ns, err)
+		}
+	}
+	// The cluster-scoped read it keeps: StorageClasses (whether a claim can grow).
+	if err := op.List(ctx, &storagev1.StorageClassList{}); err != nil {
+		t.Errorf("as the operator, listing StorageClasses: %v", err)
+	}
+}
+
+// TestChartOneOperatorPerNamespace: a release whose operator would reconcile a namespace another
+// release's operator already watches (or every namespace, or one that watches every namespace) is
+// refused at install; a release on other namespaces is not, nor an upgrade of the release itself.
+// `lookup` sees the cluster in install, upgrade and --dry-run=server, not in helm template.
+func TestChartOneOperatorPerNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), chartTestTimeout)
+	defer cancel()
+	h := newHelm(t)
+	systemA := testenv.NewNamespace(t, env.Client(), "one-a", testenv.DeleteAfterTest())
+	systemB := testenv.NewNamespace(t, env.Client(), "one-b", testenv.DeleteAfterTest())
+	w1 := testenv.NewNamespace(t, env.Client(), "one-w1", testenv.DeleteAfterTest())
+	w2 := testenv.NewNamespace(t, env.Client(), "one-w2", testenv.DeleteAfterTest())
+	const first, second = "conveyor-one-a", "conveyor-one-b"
+	installed := false
+	t.Cleanup(func() {
+		if installed {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, _ = h.run(ctx, "uninstall", first, "--namespace", systemA, "--ignore-not-found", "--wait", "--timeout", "90s")
+		}
+	})
+	common := []string{"--skip-crds", "--set", "customMetrics.enabled=false", "--set", "operator.replicas=1", "--set", "scheduler.replicas=1"}
+	installed = true
+	if out, err := h.run(ctx, append([]string{"install", first, chartDir(), "--namespace", systemA, "--set", "operator.watchNamespaces={" + w1 + "}"}, common...)...); err != nil {
+		t.Fatalf("helm install %s: %v\n%s", first, err, out)
+	}
+
+	for _, tc := range []struct {
+		watch   string
+		refused bool
+	}{
+		{"{" + w1 + "}", true},
+		{"{" + w2 + "," + w1 + "}", true},
+		{"", true}, // the default: every namespace
+		{"{" + w2 + "}", false},
+	} {
+		t.Run("watchNamespaces="+cmp.Or(tc.watch, "default"), func(t *testing.T) {
+			args := append([]string{"install", second, chartDir(), "--namespace", systemB, "--dry-run=server"}, common...)
+			if tc.watch != "" {
+				args = append(args, "--set", "operator.watchNamespaces="+tc.watch)
+			}
+			out, err := h.run(ctx, args...)
+			switch {
+			case tc.refused && err == nil:
+				t.Errorf("a second release watching %s beside %s (watching %s) was accepted", tc.watch, first, w1)
+			case tc.refused && !strings.Contains(err.Error(), "another Conveyor operator is installed") || tc.refused && !strings.Contains(err.Error(), first):
+				t.Errorf("the refusal does not say why, or does not name %s: %v", first, err)
+			case !tc.refused && err != nil:
+				t.Errorf("a second release on other namespaces was refused: %v\n%s", err, out)
+			}
+		})
+	}
+	// The release itself is not in its own way, and may move to another namespace.
+	if out, err := h.run(ctx, "upgrade", first, chartDir(), "--namespace", systemA, "--reuse-values", "--dry-run=server",
+		"--set", "operator.watchNamespaces={"+w1+","+w2+"}"); err != nil {
+		t.Errorf("helm upgrade %s --dry-run=server: %v\n%s", first, err, out)
+	}
 }

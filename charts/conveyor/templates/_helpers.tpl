@@ -172,3 +172,59 @@ The DNS names of a Service, for the serving certificate's SANs.
 - {{ printf "%s.%s.svc.cluster.local" . $ns }}
 {{- end }}
 {{- end }}
+
+{{/*
+The cluster-scoped resources, as "<group>/<resource>", among those the operator's markers could
+name. With operator.watchNamespaces set, rules on these stay in the ClusterRole and every other
+rule goes into the Roles of the watched namespaces. A resource missing here that is cluster-scoped
+would land in the Roles, where it grants nothing: TestChartRBACScopes checks the split against the
+API server's discovery.
+*/}}
+{{- define "conveyor.clusterScopedResources" -}}
+{{- list "/nodes" "/namespaces" "/persistentvolumes" "storage.k8s.io/storageclasses" "storage.k8s.io/csinodes" "storage.k8s.io/csidrivers" "scheduling.k8s.io/priorityclasses" "apiextensions.k8s.io/customresourcedefinitions" "apiregistration.k8s.io/apiservices" "authentication.k8s.io/tokenreviews" "authorization.k8s.io/subjectaccessreviews" | toJson }}
+{{- end }}
+
+{{/* The annotation of the operator's ClusterRole that records the namespaces it watches ("" is all). */}}
+{{- define "conveyor.watchNamespacesAnnotation" -}}
+conveyor.dev/watch-namespaces
+{{- end }}
+
+{{/*
+One operator per namespace: fail when another release's operator (found by the annotation
+conveyor.dev/watch-namespaces on its ClusterRole) watches a namespace this one would watch, or
+either watches all. Two operators on the same objects each hold their own Lease (in their own
+release namespaces), so both would reconcile, fighting over Pods, bindings and status. `lookup`
+only sees the cluster on install, upgrade and --dry-run=server; `helm template` skips the check.
+*/}}
+{{- define "conveyor.operator.checkOverlap" -}}
+{{- $key := include "conveyor.watchNamespacesAnnotation" . }}
+{{- $mine := .Values.operator.watchNamespaces | default list }}
+{{- $roles := lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "" }}
+{{- range $role := (dig "items" list $roles) }}
+{{- $ann := dig "metadata" "annotations" dict $role }}
+{{- if hasKey $ann $key }}
+{{- $relName := index $ann "meta.helm.sh/release-name" | default "" }}
+{{- $relNs := index $ann "meta.helm.sh/release-namespace" | default "" }}
+{{- if not (and (eq $relName $.Release.Name) (eq $relNs $.Release.Namespace)) }}
+{{- $theirs := splitList "," (index $ann $key) | compact }}
+{{- $shared := list }}
+{{- range $ns := $mine }}
+{{- if has $ns $theirs }}
+{{- $shared = append $shared $ns }}
+{{- end }}
+{{- end }}
+{{- if or (not $mine) (not $theirs) $shared }}
+{{- $what := "" }}
+{{- if $shared }}
+{{- $what = printf "both watch %s" (join ", " $shared) }}
+{{- else if not $theirs }}
+{{- $what = "it watches every namespace" }}
+{{- else }}
+{{- $what = printf "this release would watch every namespace, including its %s" (join ", " $theirs) }}
+{{- end }}
+{{- fail (printf "another Conveyor operator is installed (release %q in namespace %q, ClusterRole %s) and %s: two operators would reconcile the same objects. Give each release disjoint operator.watchNamespaces, or uninstall the other one (see docs/install.md, One operator per namespace)" $relName $relNs $role.metadata.name $what) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -222,6 +222,7 @@ func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int)
 		"--health-probe-bind-address=0",
 		"--custom-metrics-port=0",
 		"--namespaces=" + namespace,
+		"--leader-elect=false", // one process, in a namespace of its own
 	}, cfg.operatorArgs...)
 	logPath := ""
 	if cfg.logs != "" {

@@ -410,6 +410,7 @@ func (b *bench) startOperator(ctx context.Context, ns string) (*operatorproc.Ope
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 		"--namespaces=" + ns,
+		"--leader-elect=false", // one process, in a namespace of its own
 	}
 	args = append(args, b.cfg.operatorArgs...)
 	var logPath string
