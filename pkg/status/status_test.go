@@ -44,7 +44,7 @@ func TestPatchWritesOnlyAChangeWithALock(t *testing.T) {
 
 func TestResultIsAResultOrAnError(t *testing.T) {
 	boom := errors.New("boom")
-	if res, err := Result(ctrl.Result{RequeueAfter: time.Second}, boom); err != boom || res != (ctrl.Result{}) {
+	if res, err := Result(ctrl.Result{RequeueAfter: time.Second}, boom); !errors.Is(err, boom) || res != (ctrl.Result{}) {
 		t.Fatalf("with an error: %+v %v", res, err)
 	}
 	if res, err := Result(ctrl.Result{RequeueAfter: time.Second}, nil); err != nil || res.RequeueAfter != time.Second {
