@@ -1,10 +1,6 @@
 package main
 
 import (
-	"github.com/conveyor-dev/conveyor/hack/bench/internal/operatorproc"
-
-	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
-
 	"context"
 	"errors"
 	"fmt"
@@ -26,13 +22,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/operatorproc"
+	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 const (
@@ -46,11 +44,19 @@ const (
 
 var classes = []string{"blue", "green", "yellow"}
 
-// result is the measurement of one size.
+// The contenders.
+const (
+	contenderOperator = "operator"
+	contenderFloor    = "floor"
+)
+
+// result is the measurement of one size, service type and contender.
 type result struct {
-	n       int
-	workers int // per class
-	load1   float64
+	n         int
+	mode      schedulingv1alpha1.BindingServiceType
+	contender string
+	workers   int // per class
+	load1     float64
 
 	created, plotted, ready time.Duration // from the first create call until the last Pipeline was created / Plotted / Ready
 	latencyP50, latencyP99  time.Duration // per Pipeline, from its create call returning to Ready
@@ -66,6 +72,20 @@ type result struct {
 	bindings      int
 	services      int
 	overCommitted []string
+
+	// The floor only.
+	writesDone  time.Duration // when its last essential write returned
+	floorWrites float64       // the writes it issued
+}
+
+func (r *result) label() string { return fmt.Sprintf("%d pipelines, %s, %s", r.n, r.mode, r.contender) }
+
+// writes is the contender's own writes in the window: the operator's, or the floor's.
+func (r *result) writes() float64 {
+	if r.contender == contenderFloor {
+		return r.floorWrites
+	}
+	return r.operatorWrites()
 }
 
 func (r *result) operatorWrites() float64 {
@@ -73,12 +93,12 @@ func (r *result) operatorWrites() float64 {
 	return m["POST"] + m["PUT"] + m["PATCH"] + m["DELETE"]
 }
 
-// runSize measures n Pipelines on a fresh cluster.
-func runSize(ctx context.Context, cfg *config, root string, n int) (*result, error) {
-	res := &result{n: n, workers: cfg.workers(n)}
-	logf("%d pipelines: starting a cluster with %d nodes of %d Pods", n, cfg.nodes, cfg.podsPerNode)
+// runSize measures n Pipelines with one contender and service type on a fresh cluster.
+func runSize(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string) (*result, error) {
+	res := &result{n: n, mode: mode, contender: contender, workers: cfg.workers(n)}
+	logf("%s: starting a cluster with %d nodes of %d Pods", res.label(), cfg.nodes, cfg.podsPerNode)
 	c, err := cluster.Start(ctx, cluster.Options{
-		Name:             fmt.Sprintf("pipebench-%d", n),
+		Name:             fmt.Sprintf("pipebench-%s-%d", contender, n),
 		Nodes:            cfg.nodes,
 		NodeCapacity:     corev1.ResourceList{corev1.ResourcePods: resource.MustParse(strconv.Itoa(cfg.podsPerNode))},
 		DisableQPSLimits: true,
@@ -90,7 +110,7 @@ func runSize(ctx context.Context, cfg *config, root string, n int) (*result, err
 	}
 	defer func() {
 		if err := c.Stop(); err != nil {
-			logf("%d pipelines: stopping the cluster: %v", n, err)
+			logf("%s: stopping the cluster: %v", res.label(), err)
 		}
 	}()
 	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
@@ -98,9 +118,33 @@ func runSize(ctx context.Context, cfg *config, root string, n int) (*result, err
 	}
 	if err := measure(ctx, cfg, c, res); err != nil {
 		c.DumpLogTails(os.Stderr, 30)
+		if cfg.logs != "" {
+			dumpState(context.WithoutCancel(ctx), cfg, c, res)
+		}
 		return nil, err
 	}
 	return res, nil
+}
+
+// dumpState saves what a failed run left: the Pipelines and bindings, wide and in full, next to
+// the operator's log.
+func dumpState(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) {
+	base := filepath.Join(cfg.logs, fmt.Sprintf("state-%d-%s-%s", res.n, res.mode, res.contender))
+	for suffix, args := range map[string][]string{
+		"-wide.txt":       {"get", "pipelines,pipelinebindings", "-n", namespace, "-o", "wide"},
+		"-pipelines.yaml": {"get", "pipelines", "-n", namespace, "-o", "yaml"},
+		"-bindings.yaml":  {"get", "pipelinebindings", "-n", namespace, "-o", "yaml"},
+		"-workers.txt":    {"get", "workerclasses,workersets,pods", "-n", namespace, "-o", "wide"},
+	} {
+		out, err := c.Kubectl(ctx, args...)
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		if err := os.WriteFile(base+suffix, []byte(out), 0o644); err != nil {
+			logf("%s: saving the state: %v", res.label(), err)
+		}
+	}
+	logf("%s: state saved to %s-*", res.label(), base)
 }
 
 func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) error {
@@ -120,15 +164,20 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	}
 
 	// 1. The operator.
-	op, metricsAddr, err := launchOperator(ctx, cfg, c, n)
+	op, metricsAddr, err := launchOperator(ctx, cfg, c, res)
 	if err != nil {
 		return err
 	}
 	defer op.Stop()
 
 	// 2. Classes and workers, Ready before the clock starts.
-	if err := setUpWorkers(ctx, admin, cfg, res.workers); err != nil {
+	if err := setUpWorkers(ctx, admin, cfg, res.workers, res.mode); err != nil {
 		return err
+	}
+	if res.contender == contenderFloor {
+		// The operator only made the workers: the floor runs without it.
+		op.Stop()
+		return measureFloor(ctx, cfg, c, admin, res, rc)
 	}
 
 	// 3. The watch, the counters before, the clock, the creates.
@@ -149,13 +198,13 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	_, cpuBefore := op.Usage()
 	planeBefore := procstat.ControlPlaneCPU(c.Workdir())
 	res.load1 = loadAverage()
-	logf("%d pipelines: creating them from %d goroutines (load average %.2f)", n, cfg.creators, res.load1)
+	logf("%s: creating them from %d goroutines (load average %.2f)", res.label(), cfg.creators, res.load1)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.runTimeout)
 	defer cancel()
 	tr.start()
 	createErr := make(chan error, 1)
-	go func() { createErr <- createPipelines(runCtx, admin, cfg, n, tr) }()
+	go func() { createErr <- createPipelines(runCtx, admin, cfg, n, tr, nil) }()
 
 	if err := waitAllReady(runCtx, tr, createErr, n, cfg.runTimeout); err != nil {
 		return err
@@ -183,8 +232,8 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	res.created, res.plotted, res.ready, res.latencyP50, res.latencyP99, res.leftReady = tr.summary()
 	res.op = opAfter.minus(opBefore)
 	res.apiWrites = diff(apiBefore, apiAfter)
-	logf("%d pipelines: all Ready after %.2fs (created %.2fs, Plotted %.2fs); operator peak RSS %.1f MiB, CPU %.1fs, %.1f writes per pipeline",
-		n, res.ready.Seconds(), res.created.Seconds(), res.plotted.Seconds(), float64(res.peakRSS)/(1<<20), res.operatorCPU.Seconds(), res.operatorWrites()/float64(n))
+	logf("%s: all Ready after %.2fs (created %.2fs, Plotted %.2fs); operator peak RSS %.1f MiB, CPU %.1fs, %.1f writes per pipeline",
+		res.label(), res.ready.Seconds(), res.created.Seconds(), res.plotted.Seconds(), float64(res.peakRSS)/(1<<20), res.operatorCPU.Seconds(), res.operatorWrites()/float64(n))
 
 	if err := countObjects(ctx, admin, cfg, res); err != nil {
 		return err
@@ -204,7 +253,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 
 // launchOperator starts the operator against the cluster with the benchmark's flags and returns it
 // with the address of its metrics endpoint.
-func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int) (*operatorproc.Operator, string, error) {
+func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) (*operatorproc.Operator, string, error) {
 	metricsAddr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, "", err
@@ -226,7 +275,7 @@ func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int)
 	}, cfg.operatorArgs...)
 	logPath := ""
 	if cfg.logs != "" {
-		logPath = filepath.Join(cfg.logs, fmt.Sprintf("operator-%d.log", n))
+		logPath = filepath.Join(cfg.logs, fmt.Sprintf("operator-%d-%s-%s.log", res.n, res.mode, res.contender))
 	}
 	op, err := operatorproc.Start(ctx, operatorproc.Options{Bin: cfg.operatorBin, Args: args, LogPath: logPath, Timeout: operatorTimeout,
 		Controllers: []string{"workerset", "pipeline", "pipelinebinding"}})
@@ -235,13 +284,11 @@ func launchOperator(ctx context.Context, cfg *config, c *cluster.Cluster, n int)
 
 // setUpWorkers creates the classes and their WorkerSets and waits until every worker Pod is Ready
 // and every class counts its workers.
-func setUpWorkers(ctx context.Context, admin client.Client, cfg *config, workers int) error {
+func setUpWorkers(ctx context.Context, admin client.Client, cfg *config, workers int, mode schedulingv1alpha1.BindingServiceType) error {
 	for _, class := range classes {
-		for _, o := range []client.Object{
-			&schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: namespace},
-				Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: int32(cfg.capacity), Placement: schedulingv1alpha1.PlacementPack}},
-			workerSet(class, workers),
-		} {
+		wc := fixtures.MakeWorkerClass(namespace, class).Capacity(int32(cfg.capacity)).Placement(schedulingv1alpha1.PlacementPack).Obj()
+		wc.Spec.ServiceType = mode
+		for _, o := range []client.Object{wc, workerSet(class, workers)} {
 			if err := admin.Create(ctx, o); err != nil {
 				return fmt.Errorf("create %s: %w", o.GetName(), err)
 			}
@@ -332,55 +379,39 @@ func countObjects(ctx context.Context, admin client.Client, cfg *config, res *re
 	return nil
 }
 
-// workerSet is a class's WorkerSet: Pods labelled with the class, one container with the http
-// port the default Service port targets. The default scheduler places them (the benchmark does not
-// run conveyor-scheduler).
+// workerSet is a class's WorkerSet, as in examples/: Pods labelled with the class, one container
+// with the http port the default Service port targets, created in parallel. The default scheduler
+// places them (the benchmark does not run conveyor-scheduler).
 func workerSet(class string, replicas int) *appsv1alpha1.WorkerSet {
-	return &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: class, Namespace: namespace},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas:            ptr.To(int32(replicas)),
-			PodManagementPolicy: appsv1alpha1.ParallelPodManagement,
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: class}},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "worker", Image: "registry.invalid/worker:1",
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					}},
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-				},
-			},
-		},
-	}
+	return fixtures.MakeWorkerSet(namespace, class).Replicas(int32(replicas)).Class(class).
+		PodManagementPolicy(appsv1alpha1.ParallelPodManagement).Obj()
 }
 
 func pipelineName(i int) string { return fmt.Sprintf("p-%05d", i) }
 
+// newPipeline is the i-th Pipeline: first → second → third on blue, green, yellow.
 func newPipeline(i, load int) *schedulingv1alpha1.Pipeline {
-	return &schedulingv1alpha1.Pipeline{
-		ObjectMeta: metav1.ObjectMeta{Name: pipelineName(i), Namespace: namespace},
-		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: int32(load), Workers: map[string]schedulingv1alpha1.PipelineWorker{
-			"first":  {Class: "blue", Next: []string{"second"}},
-			"second": {Class: "green", Next: []string{"third"}},
-			"third":  {Class: "yellow"},
-		}},
-	}
+	return fixtures.MakePipeline(namespace, pipelineName(i)).Load(int32(load)).Chain(classes...).Obj()
 }
 
-// createPipelines creates the n Pipelines from cfg.creators goroutines, retrying transient errors.
-func createPipelines(ctx context.Context, c client.Client, cfg *config, n int, tr *tracker) error {
+// createPipelines creates the n Pipelines from cfg.creators goroutines, retrying transient errors,
+// and hands each created one (as the apiserver returned it) to created when it is not nil.
+func createPipelines(ctx context.Context, c client.Client, cfg *config, n int, tr *tracker, created func(*schedulingv1alpha1.Pipeline)) error {
 	next := make(chan int)
 	errs := make(chan error, cfg.creators)
 	var wg sync.WaitGroup
 	for range cfg.creators {
 		wg.Go(func() {
 			for i := range next {
-				if err := createPipeline(ctx, c, newPipeline(i, cfg.load)); err != nil {
+				p := newPipeline(i, cfg.load)
+				if err := createPipeline(ctx, c, p); err != nil {
 					errs <- err
 					return
 				}
 				tr.created(pipelineName(i))
+				if created != nil {
+					created(p)
+				}
 			}
 		})
 	}
@@ -405,14 +436,21 @@ send:
 	return sendErr
 }
 
+// createPipeline creates p and fills it in as the apiserver returned it (UID, generation,
+// resourceVersion).
 func createPipeline(ctx context.Context, c client.Client, p *schedulingv1alpha1.Pipeline) error {
+	want := p.DeepCopy()
 	for attempt := 1; ; attempt++ {
-		err := c.Create(ctx, p.DeepCopy())
+		err := c.Create(ctx, p)
 		switch {
-		case err == nil || apierrors.IsAlreadyExists(err):
+		case err == nil:
 			return nil
+		case apierrors.IsAlreadyExists(err):
+			// An earlier attempt went through after all.
+			return c.Get(ctx, client.ObjectKeyFromObject(want), p)
 		case attempt < 5 && (apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsInternalError(err)):
 			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+			want.DeepCopyInto(p)
 		default:
 			return fmt.Errorf("create pipeline %s: %w", p.Name, err)
 		}

@@ -1,37 +1,63 @@
 // Command pipeline benchmarks the Pipeline controllers: how long the operator takes to place N
 // Pipelines of three stages over three WorkerClasses and bring them all to Ready, how much memory
-// it needs for that, and how many API writes it spends per Pipeline.
+// and CPU it needs for that, and how many API writes and reconciles it spends per Pipeline; and,
+// as the yardstick, how long the same cluster takes when a "floor" issues only the writes no
+// operator can avoid.
 //
-// For every size N it starts one fresh local kwok cluster (test/cluster: a real kube-apiserver,
-// kube-controller-manager with its EndpointSlice controller, kube-scheduler, and simulated nodes
-// whose Pods kwok marks Ready) with kwokctl --disable-qps-limits and a service IP range large
-// enough for 3N Services, installs the CRDs, and then:
+// For every size N, every -service-type and every -contenders entry it starts one fresh local
+// kwok cluster (test/cluster: a real kube-apiserver, kube-controller-manager with its EndpointSlice
+// controller, kube-scheduler, and simulated nodes whose Pods kwok marks Ready) with kwokctl
+// --disable-qps-limits and a service IP range large enough for 3N Services, installs the CRDs,
+// and then:
 //
-//  1. starts the real operator binary (bin/conveyor-operator, built by `make build`) as a
-//     subprocess with the cluster's kubeconfig, --namespaces set to the run's namespace, client
-//     QPS -qps (0: unlimited), the shipped --pipeline-concurrency unless -operator-args overrides
-//     it, no custom metrics server, and its metrics endpoint on a free loopback port over HTTP;
+//  1. starts the real operator binary (-operator, by default bin/conveyor-operator built by `make
+//     build`) as a subprocess with the cluster's kubeconfig, --namespaces set to the run's
+//     namespace, client QPS -qps (0: unlimited), the shipped --pipeline-concurrency unless
+//     -operator-args overrides it, no custom metrics server, and its metrics endpoint on a free
+//     loopback port over HTTP;
 //  2. creates the WorkerClasses blue, green and yellow (capacity -capacity documents per second
-//     per worker, Pack placement) and their WorkerSets of ceil(N×load/capacity)+(-spare) workers
-//     each, and waits until every worker Pod is Ready and every class reports its workers: the
-//     clock does not run yet;
-//  3. scrapes the operator's rest_client_requests_total and the apiserver's
-//     apiserver_request_total, then starts the clock and creates the N Pipelines
-//     (first → second → third on blue, green, yellow; -load documents per second each) from
-//     -creators goroutines with an unthrottled client;
-//  4. watches the Pipelines until all N are Ready, scrapes both again, reads the operator's peak
-//     resident set (VmHWM of /proc/<pid>/status) and CPU time, counts the PipelineBindings and the
+//     per worker, Pack placement, spec.serviceType -service-type) and their WorkerSets of
+//     ceil(N×load/capacity)+(-spare) workers each, and waits until every worker Pod is Ready and
+//     every class reports its workers: the clock does not run yet;
+//  3. operator contender: scrapes the operator's rest_client_requests_total and
+//     controller_runtime_reconcile_total and the apiserver's apiserver_request_total, reads the CPU
+//     time of the operator and of every control-plane process from /proc, then starts the clock
+//     and creates the N Pipelines (first → second → third on blue, green, yellow; -load
+//     documents per second each) from -creators goroutines with an unthrottled client;
+//  4. operator contender: the clock stops when a watch has seen all N Pipelines Ready; it scrapes
+//     and reads /proc again, reads the operator's peak resident set (VmHWM of
+//     /proc/<pid>/status; it includes the worker set-up), counts the PipelineBindings and the
 //     Services, and checks that no worker holds more load than its capacity;
 //  5. stops the operator and the cluster.
 //
-// API writes per pipeline are the operator's POST, PUT, PATCH and DELETE requests between the two
-// scrapes (Events included) divided by N; the apiserver's counters give the breakdown by resource
-// over all clients (this program's N creates and kube-controller-manager's EndpointSlices
-// included).
+// The floor contender shares steps 1, 2 and 5 (the operator makes the worker Pods, which are
+// WorkerSet Pods) but stops the operator before the clock starts: during the measured window no
+// operator runs. Before the clock it lists the Ready workers and computes an assignment by first
+// fit (pipeline i's stage s goes to the first worker of the stage's class, in ordinal order, that
+// still has -load of room). Its clock starts, like the operator's, when the creators start
+// creating the N Pipelines, with the same -creators goroutines; each created Pipeline is handed to
+// one of -floor-writers goroutines (an unthrottled client) that issues exactly its essential
+// writes: 3 PipelineBinding creates (spec.pod and spec.podUID set, controlled by the Pipeline), 3
+// Services of the operator's shape (named like the binding, controlled by it, the pipeline and
+// stage labels, selector apps.conveyor.dev/pod-name=<pod>, port http 80 → http, clusterIP None for
+// Headless), the <pipeline>-routes ConfigMap, one status update per binding (phase Ready) and one
+// for the Pipeline (phase Ready): 11 writes per pipeline. Its clock stops when the last of those
+// writes has returned and every one of the 3N Services has an EndpointSlice (label
+// kubernetes.io/service-name) with a ready endpoint, whichever is later. The operator's clock stops
+// at all Pipelines Ready, and the operator sets a Pipeline Ready only once every binding's Service
+// has a ready endpoint, so both end at the same observable state; the floor only skips the waiting
+// between its writes and the endpoints.
+//
+// API writes per pipeline are the contender's writes in the window divided by N: for the operator
+// its POST, PUT, PATCH and DELETE requests (rest_client_requests_total, Events included), for the
+// floor the writes it issued. The apiserver's counters give the breakdown by resource over all
+// clients (this program's N creates and kube-controller-manager's EndpointSlices included).
 //
 // Usage, from the module root:
 //
 //	make build tools && go run ./hack/bench/pipeline -sizes 500,2000
+//	go build -o /tmp/bench-bin/conveyor-operator ./cmd/operator &&
+//	  go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -service-type Headless,ClusterIP
 //
 // The results are written as Markdown to -out (standard output by default); progress goes to
 // standard error.
@@ -54,6 +80,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
 
@@ -73,6 +100,9 @@ type config struct {
 	logs         string
 	out          string
 	operatorArgs []string
+	serviceTypes []schedulingv1alpha1.BindingServiceType
+	contenders   []string
+	floorWriters int
 }
 
 func main() {
@@ -88,7 +118,7 @@ func main() {
 }
 
 func parseFlags() (*config, error) {
-	var sizes, operatorArgs string
+	var sizes, operatorArgs, serviceTypes, contenders string
 	cfg := &config{}
 	flag.StringVar(&sizes, "sizes", "500,2000", "Comma-separated numbers of Pipelines; one fresh cluster per size.")
 	flag.Float64Var(&cfg.qps, "qps", 0, "The operator's --kube-api-qps; 0 means unlimited (no client-side rate limiter).")
@@ -105,7 +135,26 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&cfg.logs, "logs", "", "Directory that receives the operator's log of every run; empty discards them.")
 	flag.StringVar(&cfg.out, "out", "-", "File the Markdown results are written to; - is standard output.")
 	flag.StringVar(&operatorArgs, "operator-args", "", "Extra arguments of the operator, separated by spaces, e.g. --pipeline-concurrency=20.")
+	flag.StringVar(&serviceTypes, "service-type", "Headless", "Comma-separated spec.serviceType values of the WorkerClasses (Headless, ClusterIP); each is a run of its own.")
+	flag.StringVar(&contenders, "contenders", "floor,operator", "Comma-separated contenders: floor (the essential writes, no operator), operator.")
+	flag.IntVar(&cfg.floorWriters, "floor-writers", 16, "Goroutines issuing the floor's essential writes, with an unthrottled client.")
 	flag.Parse()
+	for _, t := range strings.Split(serviceTypes, ",") {
+		switch t := schedulingv1alpha1.BindingServiceType(strings.TrimSpace(t)); t {
+		case schedulingv1alpha1.ServiceHeadless, schedulingv1alpha1.ServiceClusterIP:
+			cfg.serviceTypes = append(cfg.serviceTypes, t)
+		default:
+			return nil, fmt.Errorf("-service-type: %q is neither Headless nor ClusterIP", t)
+		}
+	}
+	for _, c := range strings.Split(contenders, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case contenderFloor, contenderOperator:
+			cfg.contenders = append(cfg.contenders, c)
+		default:
+			return nil, fmt.Errorf("-contenders: %q is neither floor nor operator", c)
+		}
+	}
 	cfg.operatorArgs = strings.Fields(operatorArgs)
 	for _, s := range strings.Split(sizes, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -120,8 +169,10 @@ func parseFlags() (*config, error) {
 	switch {
 	case len(cfg.sizes) == 0:
 		return nil, errors.New("-sizes must not be empty")
-	case cfg.creators < 1, cfg.load < 1, cfg.capacity < cfg.load, cfg.spare < 0:
-		return nil, errors.New("-creators and -load must be at least 1, -capacity at least -load, -spare not negative")
+	case len(cfg.serviceTypes) == 0 || len(cfg.contenders) == 0:
+		return nil, errors.New("-service-type and -contenders must not be empty")
+	case cfg.creators < 1, cfg.floorWriters < 1, cfg.load < 1, cfg.capacity < cfg.load, cfg.spare < 0:
+		return nil, errors.New("-creators, -floor-writers and -load must be at least 1, -capacity at least -load, -spare not negative")
 	}
 	if cfg.qps > 0 && cfg.burst <= 0 {
 		cfg.burst = int(cfg.qps * 1.5)
@@ -191,15 +242,20 @@ func run(cfg *config) error {
 	started := time.Now()
 	var results []*result
 	var errs []error
+runs:
 	for _, n := range cfg.sizes {
-		res, err := runSize(ctx, cfg, root, n)
-		if res != nil {
-			results = append(results, res)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%d pipelines: %w", n, err))
-			if ctx.Err() != nil {
-				break
+		for _, mode := range cfg.serviceTypes {
+			for _, contender := range cfg.contenders {
+				res, err := runSize(ctx, cfg, root, n, mode, contender)
+				if res != nil {
+					results = append(results, res)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%d pipelines, %s, %s: %w", n, mode, contender, err))
+					if ctx.Err() != nil {
+						break runs
+					}
+				}
 			}
 		}
 	}

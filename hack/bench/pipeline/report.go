@@ -17,39 +17,79 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	if len(cfg.operatorArgs) > 0 {
 		extra = "`" + strings.Join(cfg.operatorArgs, " ") + "`"
 	}
-	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.load, cfg.capacity, cfg.spare)
+	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators, %d floor writers; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.floorWriters, cfg.load, cfg.capacity, cfg.spare)
 	if len(results) == 0 {
-		p("No size completed.\n")
+		p("No run completed.\n")
 		return
 	}
 
-	p("| pipelines | workers per class | all created (s) | all Plotted (s) | all Ready (s) | pipelines/s | Ready latency p50 / p99 (s) | operator peak RSS (MiB) | operator CPU (s) | operator writes per pipeline | POST | PATCH | PUT | DELETE | bindings | Services |\n")
-	p("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	// The summary: every run, and the operator against the floor of the same size and mode.
+	floor := map[string]*result{}
+	for _, r := range results {
+		if r.contender == contenderFloor {
+			floor[fmt.Sprintf("%d/%s", r.n, r.mode)] = r
+		}
+	}
+	p("| pipelines | service type | contender | load avg | all created (s) | all Ready (s) | × floor | pipelines/s | operator peak RSS (MiB) | operator CPU (s) | kube-apiserver CPU (s) | etcd CPU (s) | writes per pipeline | pipeline reconciles per pipeline | binding reconciles per pipeline | workers over capacity |\n")
+	p("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
 		n := float64(r.n)
-		p("| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
-			r.n, r.workers, r.created.Seconds(), r.plotted.Seconds(), r.ready.Seconds(), n/r.ready.Seconds(),
+		ratio, rss, cpu, plr, bir := "", "", "", "", ""
+		if f := floor[fmt.Sprintf("%d/%s", r.n, r.mode)]; f != nil && r.contender != contenderFloor {
+			ratio = fmt.Sprintf("%.2f", r.ready.Seconds()/f.ready.Seconds())
+		}
+		if r.contender == contenderOperator {
+			rss = fmt.Sprintf("%.0f", float64(r.peakRSS)/(1<<20))
+			cpu = fmt.Sprintf("%.1f", r.operatorCPU.Seconds())
+			plr = fmt.Sprintf("%.2f", r.op.reconciles["pipeline"]/n)
+			bir = fmt.Sprintf("%.2f", r.op.reconciles["pipelinebinding"]/n)
+		}
+		p("| %d | %s | %s | %.2f | %.1f | %.1f | %s | %.1f | %s | %s | %.1f | %.1f | %.2f | %s | %s | %d |\n",
+			r.n, r.mode, r.contender, r.load1, r.created.Seconds(), r.ready.Seconds(), ratio, n/r.ready.Seconds(), rss, cpu,
+			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.writes()/n, plr, bir, len(r.overCommitted))
+	}
+	for _, r := range results {
+		if r.contender == contenderFloor {
+			p("\nFloor, %d pipelines, %s: last essential write returned at %.1f s, the clock stopped at %.1f s (the last Service with a ready endpoint, or the last write).\n",
+				r.n, r.mode, r.writesDone.Seconds(), r.ready.Seconds())
+		}
+	}
+	ops := slices.DeleteFunc(slices.Clone(results), func(r *result) bool { return r.contender != contenderOperator })
+	all := results
+	results = ops
+	if len(results) == 0 {
+		results = all
+	}
+
+	p("\nThe operator runs in detail:\n\n")
+	p("| pipelines | service type | workers per class | all created (s) | all Plotted (s) | all Ready (s) | pipelines/s | Ready latency p50 / p99 (s) | operator peak RSS (MiB) | operator CPU (s) | operator writes per pipeline | POST | PATCH | PUT | DELETE | bindings | Services |\n")
+	p("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		n := float64(r.n)
+		p("| %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f / %.1f | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
+			r.n, r.mode, r.workers, r.created.Seconds(), r.plotted.Seconds(), r.ready.Seconds(), n/r.ready.Seconds(),
 			r.latencyP50.Seconds(), r.latencyP99.Seconds(), float64(r.peakRSS)/(1<<20), r.operatorCPU.Seconds(),
 			r.operatorWrites()/n, r.op.requests["POST"]/n, r.op.requests["PATCH"]/n, r.op.requests["PUT"]/n, r.op.requests["DELETE"]/n,
 			r.bindings, r.services)
 	}
 
 	p("\nThe operator's requests over the window (from the first create call to all Ready) by method, and during the %s after:\n\n", cfg.settle)
-	p("| pipelines | requests by method (window) | after all Ready |\n|--:|---|---|\n")
+	p("| pipelines | service type | requests by method (window) | after all Ready |\n|--:|---|---|---|\n")
 	for _, r := range results {
-		p("| %d | %s | %s |\n", r.n, byMethod(r.op.requests), byMethod(r.opTrailing.requests))
+		p("| %d | %s | %s | %s |\n", r.n, r.mode, byMethod(r.op.requests), byMethod(r.opTrailing.requests))
 	}
 
 	p("\nThe operator's reconciles over the window by controller: count, per pipeline, and the summed reconcile time (s; workers run concurrently, so it can exceed the wall time):\n\n")
-	p("| pipelines | controller | reconciles | per pipeline | reconcile time (s) | ms per reconcile |\n|--:|---|--:|--:|--:|--:|\n")
+	p("| pipelines | service type | controller | reconciles | per pipeline | reconcile time (s) | ms per reconcile |\n|--:|---|---|--:|--:|--:|--:|\n")
 	for _, r := range results {
 		for _, c := range slices.Sorted(maps.Keys(r.op.reconciles)) {
 			count, secs := r.op.reconciles[c], r.op.reconcileSeconds[c]
-			p("| %d | %s | %.0f | %.2f | %.1f | %.1f |\n", r.n, c, count, count/float64(r.n), secs, 1000*secs/max(count, 1))
+			p("| %d | %s | %s | %.0f | %.2f | %.1f | %.1f |\n", r.n, r.mode, c, count, count/float64(r.n), secs, 1000*secs/max(count, 1))
 		}
 	}
 
+	results = all
 	p("\nWrites the apiserver served over the window, per pipeline, from every client (this program's creates, the operator, kube-controller-manager, the scheduler, kwok), by verb and resource:\n\n")
 	keys := map[apiKey]bool{}
 	for _, r := range results {
@@ -67,7 +107,7 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	})
 	p("| resource | verb |")
 	for _, r := range results {
-		p(" %d pipelines |", r.n)
+		p(" %d %s %s |", r.n, r.mode, r.contender)
 	}
 	p("\n|---|---|%s\n", strings.Repeat("--:|", len(results)))
 	for _, k := range sorted {
@@ -88,9 +128,9 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	p("\n")
 
 	p("\nCPU seconds used over the window (2 CPUs shared by all):\n\n")
-	p("| pipelines | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	p("| pipelines | service type | contender | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		p("| %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.load1,
+		p("| %d | %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.mode, r.contender, r.load1,
 			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.planeCPU["kube-controller-manager"].Seconds(),
 			r.planeCPU["kube-scheduler"].Seconds(), r.planeCPU["kwok-controller"].Seconds(), r.operatorCPU.Seconds())
 	}
@@ -104,8 +144,8 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 		if len(r.overCommitted) > 0 {
 			over = "OVER CAPACITY: " + strings.Join(r.overCommitted, ", ")
 		}
-		p("%d pipelines: %d bindings (want %d), %d Services (want %d), a Pipeline left Ready %d times before all were Ready, %s",
-			r.n, r.bindings, 3*r.n, r.services, 3*r.n, r.leftReady, over)
+		p("%s: %d bindings (want %d), %d Services (want %d), a Pipeline left Ready %d times before all were Ready, %s",
+			r.label(), r.bindings, 3*r.n, r.services, 3*r.n, r.leftReady, over)
 	}
 	p(".\n")
 }
