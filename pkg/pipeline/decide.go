@@ -256,7 +256,7 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 	}
 	set(schedulingv1alpha1.PipelineValid, true, schedulingv1alpha1.ReasonValid, fmt.Sprintf("%d stages, no cycle, every class exists", len(pl.Spec.Workers)))
 
-	placed, ready := 0, 0
+	placed, ready, waiting := 0, 0, 0
 	var notReady []string
 	// A DeadEnd seen this round shows as Broken until its stage is placed again; the controller
 	// writes Broken before it writes the repair (apply), so a repair written this round moves the
@@ -288,9 +288,17 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 			notReady = append(notReady, fmt.Sprintf("%s (lost its worker, placed again on %s)", name, b.Spec.Pod))
 		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			ready++
+		case bindingProblem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
+			// A binding whose endpoint is simply not ready yet is not named: the message stays
+			// the same while the bindings become Ready one by one, so the status is not
+			// rewritten for each of them.
+			waiting++
 		default:
 			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, stageState(b)))
 		}
+	}
+	if waiting > 0 {
+		notReady = append(notReady, "waiting for the bindings' endpoints")
 	}
 	total := len(p.order)
 	var writeFailed []string

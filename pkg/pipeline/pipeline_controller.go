@@ -187,6 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	s.plan = decide(s)
 	writeErr := r.apply(ctx, s)
+	r.readBoundPods(ctx, s)
 	routesErr := r.syncRoutes(ctx, s)
 	var inTheWay *routesInTheWayError
 	if errors.As(routesErr, &inTheWay) {
@@ -280,12 +281,22 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		if w, ok := r.Allocator.Worker(pl.Namespace, b.Spec.Class, b.Spec.Pod); ok {
 			s.workers[b.Spec.Pod] = w
 		}
+	}
+	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
+}
+
+// readBoundPods reads from the cache the Pods the bindings hold that the scope lacks (those bound
+// this round), so the routes name their ports at once instead of in a second write.
+func (r *Reconciler) readBoundPods(ctx context.Context, s *pipelineScope) {
+	for _, b := range s.bindings {
+		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil {
+			continue
+		}
 		pod := &corev1.Pod{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: pl.Namespace, Name: b.Spec.Pod}, pod); err == nil {
+		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pod}, pod); err == nil {
 			s.pods[pod.Name] = pod
 		}
 	}
-	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
 }
 
 func stageClasses(pl *schedulingv1alpha1.Pipeline) []string {

@@ -73,8 +73,10 @@ func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 		})).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			// The numbers change with every placement: one reconcile per class per StatusInterval
+			// at most (the delaying queue keeps one entry per key), not one per change.
 			r.Allocator.SetHooks(nil, func(namespace, class string) {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: class}})
+				q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: class}}, r.StatusInterval)
 			})
 			return nil
 		})).
