@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -128,6 +130,9 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 			if key, ok := podController(e.ObjectNew); ok && e.ObjectNew.GetDeletionTimestamp() != nil {
 				r.expectations.DeletionObserved(key, e.ObjectNew.GetUID())
 			}
+			if !podChangedForSet(e.ObjectOld, e.ObjectNew) {
+				return // a container status, an IP, a resourceVersion: nothing the set decides on
+			}
 			enqueue(q, e.ObjectNew)
 			if e.ObjectOld != nil {
 				enqueue(q, e.ObjectOld) // a Pod released or adopted: both sets look
@@ -143,6 +148,30 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 			enqueue(q, e.Object)
 		},
 	}
+}
+
+// podChangedForSet says whether a Pod update can change what its set decides or reports: its
+// identity, owners, labels (revision, drain, holds), deletion, phase, or readiness and when that
+// last changed (minReadySeconds counts from it). Anything else, such as a container's restart count
+// or a new IP, triggers no reconcile.
+func podChangedForSet(oldObj, newObj client.Object) bool {
+	o, ok1 := oldObj.(*corev1.Pod)
+	n, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.UID != n.UID || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !maps.Equal(o.Labels, n.Labels) ||
+		!apiequality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || o.Status.Phase != n.Status.Phase ||
+		!apiequality.Semantic.DeepEqual(readyCondition(o), readyCondition(n))
+}
+
+func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // podController is the key of the WorkerSet that controls the Pod, if one does.

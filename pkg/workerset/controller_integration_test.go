@@ -375,7 +375,7 @@ func TestIntegrationStaleCacheNeverCreatesTwice(t *testing.T) {
 		}
 	}
 	lag.mu.Lock()
-	counts := maps(lag.creates)
+	counts := copyCounts(lag.creates)
 	lag.mu.Unlock()
 	for name, n := range counts {
 		if n > 1 {
@@ -402,7 +402,7 @@ func TestIntegrationStaleCacheNeverCreatesTwice(t *testing.T) {
 	}
 }
 
-func maps(m map[string]int) map[string]int {
+func copyCounts(m map[string]int) map[string]int {
 	out := make(map[string]int, len(m))
 	for k, v := range m {
 		out[k] = v

@@ -202,3 +202,36 @@ func TestPodEventsEnqueue(t *testing.T) {
 		}
 	}
 }
+
+func TestPodChangedForSet(t *testing.T) {
+	base := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "w-0", UID: "a", Labels: map[string]string{"x": "1"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", RestartCount: 0}}},
+	}
+	tests := []struct {
+		name   string
+		change func(p *corev1.Pod)
+		want   bool
+	}{
+		{"nothing", func(*corev1.Pod) {}, false},
+		{"a container restart count", func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 3 }, false},
+		{"a new IP", func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.2" }, false},
+		{"readiness", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+		{"the Ready transition time", func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = metav1.Now() }, true},
+		{"the phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"a label (drain, hold, revision)", func(p *corev1.Pod) { p.Labels["predelete.conveyor.dev/pipelines"] = "true" }, true},
+		{"deletion", func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }, true},
+		{"owners", func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{Name: "w", UID: "s"}} }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := base.DeepCopy()
+			tt.change(n)
+			if got := podChangedForSet(base, n); got != tt.want {
+				t.Errorf("podChangedForSet = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -34,7 +34,7 @@ func storageOf(requests corev1.ResourceList) (resource.Quantity, bool) {
 	return q, ok
 }
 
-// expandable says whether the claim's StorageClass allows volume expansion.
+// expandableClaim says whether the claim's StorageClass allows volume expansion.
 func (s *scope) expandableClaim(claim *corev1.PersistentVolumeClaim) bool {
 	return claim.Spec.StorageClassName != nil && s.expandable[*claim.Spec.StorageClassName]
 }
