@@ -31,6 +31,7 @@ type options struct {
 	metricsAddr             string
 	secureMetrics           bool
 	probeAddr               string
+	pprofAddr               string
 	leaderElect             bool
 	leaderElectionID        string
 	leaderElectionNamespace string
@@ -50,6 +51,7 @@ func main() {
 	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; 0 disables it.")
 	flag.BoolVar(&opts.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization.")
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&opts.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (e.g. 127.0.0.1:6060); empty disables them.")
 	flag.BoolVar(&opts.leaderElect, "leader-elect", true, "Elect a leader through a Lease so only one replica reconciles; false only for a single process that nothing else runs beside (tests, benchmarks).")
 	flag.StringVar(&opts.leaderElectionID, "leader-election-id", "conveyor-operator.conveyor.dev", "Name of the leader election Lease.")
 	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the namespace the operator runs in).")
@@ -120,6 +122,7 @@ func run(opts options) error {
 		Cache:                         operator.CacheOptions(cacheOpts),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
+		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              opts.leaderElectionID,
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,
