@@ -167,13 +167,6 @@ func TestIntegrationAutoscalerConflict(t *testing.T) {
 	if err := envK8s.Delete(context.Background(), after); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the hand-made HPA is gone", func() error {
-		err := envK8s.Get(context.Background(), key, &autoscalingv2.HorizontalPodAutoscaler{})
-		if err == nil {
-			return fmt.Errorf("still there")
-		}
-		return client.IgnoreNotFound(err)
-	})
 	eventually(t, "AutoscalerReady True with the class's own HPA", func() error {
 		wc := getClass(t, ns, "green")
 		c := meta.FindStatusCondition(wc.Status.Conditions, schedulingv1alpha1.WorkerClassAutoscalerReady)

@@ -128,6 +128,11 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
 	}
 	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), svc, r.Now(), r.DeadEndGrace)
+	if wait := firstStatusWait(b, st, svcErr, r.Now()); wait > 0 {
+		// A new binding whose endpoint is simply not ready yet: its first status is written when
+		// the endpoint is (the EndpointSlice's event brings it back), or after the wait.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: raceRequeue}, nil
@@ -143,6 +148,26 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		recheck = InTheWayRecheck
 	}
 	return ctrl.Result{RequeueAfter: recheck}, nil
+}
+
+// FirstStatusWait is how long a new binding whose endpoint is not ready yet goes without a status:
+// most endpoints are ready within it, and then the binding's first status write is its Ready one,
+// not a Pending one followed by Ready. A problem (a Service that cannot be made, a Pod gone) is
+// written at once.
+const FirstStatusWait = 5 * time.Second
+
+// firstStatusWait says how long to hold back a new binding's first status, zero to write it now.
+func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, svcErr error, now time.Time) time.Duration {
+	if b.Status.Phase != "" || svcErr != nil || st.Phase != schedulingv1alpha1.BindingPending {
+		return 0
+	}
+	if c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.BindingReadyCondition); c == nil || c.Reason != schedulingv1alpha1.ReasonEndpointNotReady {
+		return 0
+	}
+	if age := now.Sub(b.CreationTimestamp.Time); age < FirstStatusWait {
+		return FirstStatusWait - age
+	}
+	return 0
 }
 
 // InTheWayRecheck is how often a binding or pipeline blocked by an object it does not own (a

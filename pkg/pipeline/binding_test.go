@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -87,4 +88,39 @@ func withUID(b *schedulingv1alpha1.PipelineBinding, uid string) *schedulingv1alp
 func withPodUID(p *corev1.Pod, uid string) *corev1.Pod {
 	p.UID = types.UID(uid)
 	return p
+}
+
+func TestFirstStatusWait(t *testing.T) {
+	created := metav1.Time{Time: t0.Add(-2 * time.Second)}
+	pending := func(reason string) schedulingv1alpha1.PipelineBindingStatus {
+		st := schedulingv1alpha1.PipelineBindingStatus{Phase: schedulingv1alpha1.BindingPending}
+		st.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.BindingReadyCondition, Status: metav1.ConditionFalse, Reason: reason}}
+		return st
+	}
+	fresh := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: created}}
+	written := fresh.DeepCopy()
+	written.Status.Phase = schedulingv1alpha1.BindingPending
+	old := fresh.DeepCopy()
+	old.CreationTimestamp = metav1.Time{Time: t0.Add(-time.Minute)}
+	tests := []struct {
+		name string
+		b    *schedulingv1alpha1.PipelineBinding
+		st   schedulingv1alpha1.PipelineBindingStatus
+		err  error
+		want time.Duration
+	}{
+		{"a new binding waiting for its endpoint holds its first status back", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 3 * time.Second},
+		{"Ready is written at once", fresh, schedulingv1alpha1.PipelineBindingStatus{Phase: schedulingv1alpha1.BindingReady}, nil, 0},
+		{"a Service problem is written at once", fresh, pending(schedulingv1alpha1.ReasonServiceFailed), nil, 0},
+		{"a failed Service write is written at once", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), errors.New("quota"), 0},
+		{"a binding with a status already", written, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 0},
+		{"past the wait", old, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := firstStatusWait(tt.b, tt.st, tt.err, t0); got != tt.want {
+				t.Errorf("firstStatusWait = %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
