@@ -309,20 +309,25 @@ func watchEndpointSlices(ctx context.Context, rc *rest.Config, t *endpointTracke
 	return cancel, nil
 }
 
+// floorPlan reads the Ready workers and computes the floor's assignment of every stage.
+func floorPlan(ctx context.Context, cfg *config, admin client.Client, res *result) ([][]worker, error) {
+	workers, err := readyWorkers(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	for _, class := range classes {
+		if len(workers[class]) != res.workers {
+			return nil, fmt.Errorf("class %s: %d Ready workers with a pod-name label, want %d", class, len(workers[class]), res.workers)
+		}
+	}
+	return assignment(cfg, res.n, workers)
+}
+
 // measureFloor is the floor's run on a cluster whose workers are Ready and whose operator has
 // stopped: the clock, the Pipelines' creates, the essential writes, the wait for the endpoints.
 func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin client.Client, res *result, rc *rest.Config) error {
 	n := res.n
-	workers, err := readyWorkers(ctx, admin)
-	if err != nil {
-		return err
-	}
-	for _, class := range classes {
-		if len(workers[class]) != res.workers {
-			return fmt.Errorf("class %s: %d Ready workers with a pod-name label, want %d", class, len(workers[class]), res.workers)
-		}
-	}
-	plan, err := assignment(cfg, n, workers)
+	plan, err := floorPlan(ctx, cfg, admin, res)
 	if err != nil {
 		return err
 	}

@@ -202,32 +202,42 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05")+" "+format+"\n", args...)
 }
 
-func run(cfg *config) error {
-	ctrl.SetLogger(logr.Discard())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
+// checkSetUp finds the repository, checks the control plane's and the operator's binaries, and
+// makes the log directory; it returns the repository's root.
+func checkSetUp(cfg *config) (string, error) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
-		return err
+		return "", err
 	}
 	binDir, err := cluster.DefaultBinDir()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := cluster.CheckBinaries(binDir); err != nil {
-		return err
+		return "", err
 	}
 	if !filepath.IsAbs(cfg.operatorBin) {
 		cfg.operatorBin = filepath.Join(root, cfg.operatorBin)
 	}
 	if _, err := os.Stat(cfg.operatorBin); err != nil {
-		return fmt.Errorf("the operator binary: %w (run make build)", err)
+		return "", fmt.Errorf("the operator binary: %w (run make build)", err)
 	}
 	if cfg.logs != "" {
 		if err := os.MkdirAll(cfg.logs, 0o755); err != nil {
-			return err
+			return "", err
 		}
+	}
+	return root, nil
+}
+
+func run(cfg *config) error {
+	ctrl.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	root, err := checkSetUp(cfg)
+	if err != nil {
+		return err
 	}
 	out := io.Writer(os.Stdout)
 	if cfg.out != "-" {

@@ -11,20 +11,9 @@ import (
 )
 
 // writeReport writes the results as Markdown tables.
-func writeReport(w io.Writer, cfg *config, results []*result) {
-	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
-	extra := "none"
-	if len(cfg.operatorArgs) > 0 {
-		extra = "`" + strings.Join(cfg.operatorArgs, " ") + "`"
-	}
-	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators, %d floor writers; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.floorWriters, cfg.load, cfg.capacity, cfg.spare)
-	if len(results) == 0 {
-		p("No run completed.\n")
-		return
-	}
-
-	// The summary: every run, and the operator against the floor of the same size and mode.
+// writeSummary writes the summary table: every run, and the operator against the floor of the
+// same size and mode.
+func writeSummary(p func(string, ...any), results []*result) {
 	floor := map[string]*result{}
 	for _, r := range results {
 		if r.contender == contenderFloor {
@@ -55,6 +44,22 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 				r.n, r.mode, r.writesDone.Seconds(), r.ready.Seconds())
 		}
 	}
+}
+
+func writeReport(w io.Writer, cfg *config, results []*result) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
+	extra := "none"
+	if len(cfg.operatorArgs) > 0 {
+		extra = "`" + strings.Join(cfg.operatorArgs, " ") + "`"
+	}
+	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators, %d floor writers; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.floorWriters, cfg.load, cfg.capacity, cfg.spare)
+	if len(results) == 0 {
+		p("No run completed.\n")
+		return
+	}
+
+	writeSummary(p, results)
 	ops := slices.DeleteFunc(slices.Clone(results), func(r *result) bool { return r.contender != contenderOperator })
 	all := results
 	results = ops
