@@ -310,7 +310,7 @@ func (c *simClient) fail(b *schedulingv1alpha1.PipelineBinding) (conflict, timeo
 		return false, false, true
 	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%d/%s/%s/%d/%s", c.w.seed, c.w.step, b.Name, b.Spec.Pod, b.Spec.DocumentsPerSecond, b.ResourceVersion)
+	fmt.Fprintf(h, "%d/%d/%s/%s/%d/%d", c.w.seed, c.w.step, b.Name, b.Spec.Pod, b.Spec.DocumentsPerSecond, b.Generation)
 	x := h.Sum64()
 	switch x % 20 {
 	case 0:
@@ -583,10 +583,29 @@ func (w *world) checkPipelines() {
 			if w.deadSeen[name] {
 				w.t.Fatalf("step %d: pipeline %s became Ready without being Broken after a DeadEnd binding%s", w.step, name, w.dump(name))
 			}
-			w.disturbed[name] = false
+			if w.workersAlive(name) {
+				// Ready on live workers: a later exit from Ready needs a new cause. (Ready read
+				// from a cache that has not seen a worker's death yet keeps the death counted.)
+				w.disturbed[name] = false
+			}
 		}
 		w.phase[name], w.phaseGen[name] = now, pl.Generation
 	}
+}
+
+// workersAlive says every binding of the pipeline names a Pod that exists, with the UID the
+// binding was placed on.
+func (w *world) workersAlive(name string) bool {
+	for _, b := range w.bindings() {
+		if b.Spec.Pipeline != name || b.Spec.Pod == "" {
+			continue
+		}
+		pod := w.pods[b.Spec.Pod]
+		if pod == nil || (b.Spec.PodUID != "" && pod.UID != b.Spec.PodUID) || !isReadyPod(pod) {
+			return false
+		}
+	}
+	return true
 }
 
 // backwards says a phase change goes against the state machine: Ready back to Plotted or Pending,
