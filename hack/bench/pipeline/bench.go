@@ -460,20 +460,27 @@ func createPipeline(ctx context.Context, c client.Client, p *schedulingv1alpha1.
 // watchPipelines runs an informer on the Pipelines of the namespace that feeds tr, and returns
 // once it has synced.
 func watchPipelines(ctx context.Context, rc *rest.Config, tr *tracker) (func(), error) {
+	return watchNamespace(ctx, rc, &schedulingv1alpha1.Pipeline{}, tr.observe)
+}
+
+// watchNamespace runs an informer on the objects of obj's kind in the run's namespace, calls
+// observe for every add and update, and returns once it has synced; the function it returns
+// stops it.
+func watchNamespace(ctx context.Context, rc *rest.Config, obj client.Object, observe func(any)) (func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ca, err := cache.New(rc, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	inf, err := ca.GetInformer(ctx, &schedulingv1alpha1.Pipeline{})
+	inf, err := ca.GetInformer(ctx, obj)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { tr.observe(obj) },
-		UpdateFunc: func(_, obj any) { tr.observe(obj) },
+		AddFunc:    observe,
+		UpdateFunc: func(_, o any) { observe(o) },
 	}); err != nil {
 		cancel()
 		return nil, err
@@ -481,7 +488,7 @@ func watchPipelines(ctx context.Context, rc *rest.Config, tr *tracker) (func(), 
 	go func() { _ = ca.Start(ctx) }()
 	if !ca.WaitForCacheSync(ctx) {
 		cancel()
-		return nil, errors.New("the Pipeline watch did not sync")
+		return nil, fmt.Errorf("the %T watch did not sync", obj)
 	}
 	return cancel, nil
 }

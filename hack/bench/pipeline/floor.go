@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -283,30 +280,7 @@ func (t *endpointTracker) last() time.Duration {
 
 // watchEndpointSlices runs an informer on the namespace's EndpointSlices of Services and feeds t.
 func watchEndpointSlices(ctx context.Context, rc *rest.Config, t *endpointTracker) (func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	ca, err := cache.New(rc, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	inf, err := ca.GetInformer(ctx, &discoveryv1.EndpointSlice{})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { t.observe(obj) },
-		UpdateFunc: func(_, obj any) { t.observe(obj) },
-	}); err != nil {
-		cancel()
-		return nil, err
-	}
-	go func() { _ = ca.Start(ctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		cancel()
-		return nil, errors.New("the EndpointSlice watch did not sync")
-	}
-	return cancel, nil
+	return watchNamespace(ctx, rc, &discoveryv1.EndpointSlice{}, t.observe)
 }
 
 // floorPlan reads the Ready workers and computes the floor's assignment of every stage.
