@@ -22,6 +22,7 @@ const (
 	bindingPipelineIndex = ".spec.pipeline"
 	pipelineClassIndex   = ".spec.workers.class"
 	sliceServiceIndex    = "metadata.labels.service-name"
+	podNameIndex         = "metadata.name"
 )
 
 // cacheIndexes are the field indexes of this package's controllers: the object they index and the
@@ -52,6 +53,8 @@ func cacheIndexes() []struct {
 		// A label selector list scans every slice of the namespace; the index finds a Service's
 		// slices directly.
 		{sliceServiceIndex, &discoveryv1.EndpointSlice{}, func(o client.Object) []string { return one(o.GetLabels()[discoveryv1.LabelServiceName]) }},
+		// A Get copies the whole Pod; a List through this index can read it in place.
+		{podNameIndex, &corev1.Pod{}, func(o client.Object) []string { return one(o.GetName()) }},
 		{pipelineClassIndex, &schedulingv1alpha1.Pipeline{}, func(o client.Object) []string {
 			return stageClasses(o.(*schedulingv1alpha1.Pipeline))
 		}},

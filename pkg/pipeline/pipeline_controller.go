@@ -286,15 +286,17 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 }
 
 // readBoundPods reads from the cache the Pods the bindings hold that the scope lacks (those bound
-// this round), so the routes name their ports at once instead of in a second write.
+// this round), so the routes name their ports at once instead of in a second write. Only a
+// headless class with a named target port needs its Pods (routeAddress); they are read in place
+// through the name index, not copied.
 func (r *Reconciler) readBoundPods(ctx context.Context, s *pipelineScope) {
 	for _, b := range s.bindings {
-		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil {
+		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil || !routesNeedPod(s.classes[b.Spec.Class]) {
 			continue
 		}
-		pod := &corev1.Pod{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pod}, pod); err == nil {
-			s.pods[pod.Name] = pod
+		pods := &corev1.PodList{}
+		if err := r.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingFields{podNameIndex: b.Spec.Pod}, client.UnsafeDisableDeepCopy); err == nil && len(pods.Items) == 1 {
+			s.pods[b.Spec.Pod] = &pods.Items[0] // read only: routeAddress looks up its ports
 		}
 	}
 }

@@ -108,6 +108,20 @@ func routeAddress(service, namespace string, wc *schedulingv1alpha1.WorkerClass,
 	return a
 }
 
+// routesNeedPod reports whether routeAddress reads a worker Pod of the class: only to resolve a
+// named target port in the headless mode.
+func routesNeedPod(wc *schedulingv1alpha1.WorkerClass) bool {
+	if classServiceType(wc) != schedulingv1alpha1.ServiceHeadless {
+		return false
+	}
+	for _, p := range servicePorts(classPorts(wc)) {
+		if p.TargetPort.Type == intstr.String {
+			return true
+		}
+	}
+	return false
+}
+
 func lowerProtocol(p corev1.Protocol) string {
 	switch p {
 	case corev1.ProtocolUDP:
