@@ -112,3 +112,35 @@ func workerSetName(wc *schedulingv1alpha1.WorkerClass) string {
 func bindingName(pipeline, stage string) string {
 	return pipeline + "-" + stage
 }
+
+// cachedPod reads a Pod from the cache in place, through the name index, without the copy a Get
+// makes: the result is shared with the cache and must not be modified. It returns nil when the
+// cache has no such Pod.
+func cachedPod(ctx context.Context, c client.Reader, namespace, name string) (*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingFields{podNameIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("read pod %s: %w", name, err)
+	}
+	if len(pods.Items) != 1 {
+		return nil, nil
+	}
+	return &pods.Items[0], nil
+}
+
+// visitBindingsOnPod calls visit, until it returns false, with every binding on the Pod or still
+// served by it. The bindings are the cache's own, not copies: visit must not modify them. A worker
+// carries up to its capacity of bindings, and this runs on every event of the Pod.
+func visitBindingsOnPod(ctx context.Context, c client.Reader, namespace, pod string, visit func(*schedulingv1alpha1.PipelineBinding) bool) error {
+	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
+		list := &schedulingv1alpha1.PipelineBindingList{}
+		if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{index: pod}, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("list bindings on pod %s: %w", pod, err)
+		}
+		for i := range list.Items {
+			if !visit(&list.Items[i]) {
+				return nil
+			}
+		}
+	}
+	return nil
+}

@@ -294,9 +294,8 @@ func (r *Reconciler) readBoundPods(ctx context.Context, s *pipelineScope) {
 		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil || !routesNeedPod(s.classes[b.Spec.Class]) {
 			continue
 		}
-		pods := &corev1.PodList{}
-		if err := r.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingFields{podNameIndex: b.Spec.Pod}, client.UnsafeDisableDeepCopy); err == nil && len(pods.Items) == 1 {
-			s.pods[b.Spec.Pod] = &pods.Items[0] // read only: routeAddress looks up its ports
+		if pod, err := cachedPod(ctx, r, b.Namespace, b.Spec.Pod); err == nil && pod != nil {
+			s.pods[b.Spec.Pod] = pod // read only: routeAddress looks up its ports
 		}
 	}
 }
