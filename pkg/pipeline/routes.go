@@ -225,7 +225,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: inTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
-	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && cur.Data[RoutesKey] == string(doc) {
+	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && holdsData(cur.Data[RoutesKey], string(doc)) {
 		return nil
 	}
 	patch := client.MergeFrom(cur.DeepCopy())
