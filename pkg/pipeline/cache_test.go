@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -8,9 +10,13 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
 // cachedMeta is the metadata the API server returns for an object of a pipeline's binding.
@@ -112,5 +118,73 @@ func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	}
 	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
 		t.Error("the owner must stay: syncRoutes reports a ConfigMap in the way by it")
+	}
+}
+
+// TestSyncRoutesWritesOnlyWhenTheDocumentChanges reads the routes ConfigMap as the operator's
+// cache holds it (values as digests) and counts the writes: one create, no patch while the
+// document is the same, one patch when a stage moves.
+func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
+	ctx := context.Background()
+	pl := &schedulingv1alpha1.Pipeline{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "pl-uid"},
+		Spec: schedulingv1alpha1.PipelineSpec{Workers: map[string]schedulingv1alpha1.PipelineWorker{
+			"first": {Class: "blue", Next: []string{"second"}}, "second": {Class: "blue"},
+		}},
+	}
+	writes := 0
+	c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				_, err := digestConfigMap(cm) // as the operator's cache holds it
+				return err
+			}
+			return nil
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes++
+			return c.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Client: c}
+	blue := &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: "ns"},
+		Spec: schedulingv1alpha1.WorkerClassSpec{Ports: []schedulingv1alpha1.WorkerClassPort{port("http", 80, 8080)}}}
+	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"blue": blue},
+		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"first": stageBinding("p", "first", "blue-0"), "second": stageBinding("p", "second", "blue-1")}}
+
+	for _, step := range []struct {
+		name       string
+		move       string // a Pod to move the second stage to first
+		wantWrites int
+	}{
+		{name: "first sync creates the ConfigMap", wantWrites: 1},
+		{name: "same document, read as a digest", wantWrites: 1},
+		{name: "again", wantWrites: 1},
+		{name: "a stage moves", move: "blue-2", wantWrites: 2},
+		{name: "same document after the move", wantWrites: 2},
+	} {
+		if step.move != "" {
+			s.bindings["second"] = stageBinding("p", "second", step.move)
+		}
+		if err := r.syncRoutes(ctx, s); err != nil {
+			t.Fatalf("%s: syncRoutes: %v", step.name, err)
+		}
+		if writes != step.wantWrites {
+			t.Fatalf("%s: %d writes, want %d", step.name, writes, step.wantWrites)
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: routesName("p")}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(cm.Data[RoutesKey], "sha256:") {
+		t.Fatalf("the interceptor must show the cache's digest, got %.40q", cm.Data[RoutesKey])
 	}
 }
