@@ -209,6 +209,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // to bind (loopback only), and the tools kwokctl would otherwise download on demand (kubectl to
 // probe the apiserver; etcdctl, etcdutl and kectl only for snapshots, which the harness does not
 // take: pointing them at ./bin makes kwokctl fail instead of downloading).
+//
+// kube-controller-manager and kube-scheduler run without leader election: each is alone in its
+// cluster, and with election on, a lease renewal that times out on a loaded machine makes the
+// component exit (kwokctl does not restart it). That once stopped a benchmark's EndpointSlice
+// controller for good at load average 30, leaving thousands of Services without endpoints.
 const kwokctlConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
@@ -219,6 +224,15 @@ options:
   etcdctlBinary: %q
   etcdutlBinary: %q
   kectlBinary: %q
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - key: leader-elect
+    value: "false"
+- name: kube-scheduler
+  extraArgs:
+  - key: leader-elect
+    value: "false"
 `
 
 // create runs `kwokctl create cluster`.
