@@ -834,7 +834,7 @@ func checkCustomMetrics(t *testing.T, objs []*unstructured.Unstructured, fullnam
 	fromUnstructured(t, reader, role)
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{"custom.metrics.k8s.io"},
-		Resources: []string{"workerclasses.scheduling.conveyor.dev/workerclass_request"},
+		Resources: []string{"workerclasses.scheduling.conveyor.dev/workerclass_utilization", "workerclasses.scheduling.conveyor.dev/workerclass_request"},
 		Verbs:     []string{"get"},
 	}}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
