@@ -151,8 +151,10 @@ $(BIN)/.golangci-lint-$(LINT_VERSION):
 	@touch $@
 
 # promtool tests the chart's alert rules (`promtool test rules`, run by the e2e suite's chart tests).
-# It is built from the Prometheus module, whose dependencies (cloud service discovery, storage) make
-# the first build the heaviest of the tools after the control plane.
+# It is built from the Prometheus module, whose dependencies (the cloud SDKs of its service discovery)
+# make the first build the heaviest of the tools after the control plane: 500 s user + 73 s system
+# CPU and 3.3 GB of memory with a build cache that already held this module's dependencies (61 min
+# of wall time on 2 cores shared at a load average of about 35).
 $(PROMTOOL): $(BIN)/.promtool-$(PROMTOOL_VERSION)
 $(BIN)/.promtool-$(PROMTOOL_VERSION):
 	@mkdir -p $(BIN)
