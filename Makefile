@@ -17,10 +17,12 @@ KWOK_VERSION    := $(shell cd hack/tools/kwok && go list -m -f '{{.Version}}' si
 HELM_VERSION    := $(shell cd hack/tools/helm && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 CTRLGEN_VERSION := $(shell cd hack/tools/controller-gen && go list -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
 LINT_VERSION    := $(shell cd hack/tools/golangci-lint && go list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2)
+PROMTOOL_VERSION := $(shell cd hack/tools/promtool && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 HELM           := $(BIN)/helm
 GOLANGCI_LINT  := $(BIN)/golangci-lint
+PROMTOOL       := $(BIN)/promtool
 KWOKCTL        := $(BIN)/kwokctl
 KUBECTL        := $(BIN)/kubectl
 
@@ -105,7 +107,7 @@ demo: tools build ## The original scenario on a local control plane with the ope
 ##@ Tools (built once into ./bin; a second run rebuilds nothing)
 
 .PHONY: tools control-plane
-tools: control-plane $(KWOKCTL) $(HELM) $(CONTROLLER_GEN) ## Build every pinned tool the tests and demo need.
+tools: control-plane $(KWOKCTL) $(HELM) $(CONTROLLER_GEN) $(PROMTOOL) ## Build every pinned tool the tests and demo need.
 control-plane: $(BIN)/.k8s-$(K8S_VERSION)-versioned $(BIN)/.etcd-$(ETCD_VERSION) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
 
 # Stamp the version into the binaries, or they report v0.0.0-master and fail version checks (Helm's
@@ -146,6 +148,17 @@ $(GOLANGCI_LINT): $(BIN)/.golangci-lint-$(LINT_VERSION)
 $(BIN)/.golangci-lint-$(LINT_VERSION):
 	@mkdir -p $(BIN)
 	cd hack/tools/golangci-lint && go build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@touch $@
+
+# promtool tests the chart's alert rules (`promtool test rules`, run by the e2e suite's chart tests).
+# It is built from the Prometheus module, whose dependencies (the cloud SDKs of its service discovery)
+# make the first build the heaviest of the tools after the control plane: 500 s user + 73 s system
+# CPU and 3.3 GB of memory with a build cache that already held this module's dependencies (61 min
+# of wall time on 2 cores shared at a load average of about 35).
+$(PROMTOOL): $(BIN)/.promtool-$(PROMTOOL_VERSION)
+$(BIN)/.promtool-$(PROMTOOL_VERSION):
+	@mkdir -p $(BIN)
+	cd hack/tools/promtool && go build -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
 	@touch $@
 
 .PHONY: clean

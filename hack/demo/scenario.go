@@ -337,14 +337,16 @@ func (d *demo) tables(ctx context.Context) error {
 	for _, b := range bindings.Items {
 		fmt.Fprintf(w, "\t%s\t%s\n", b.Name, d.endpoints(ctx, b.Name))
 	}
+	// The classes' HPAs read workerclass_utilization, the whole percentage of the Ready workers'
+	// capacity that is requested, against targetUtilization: "67%" of "70%".
 	fmt.Fprintln(w, "HPA\tNAME\tTARGET\tACTUAL\tREPLICAS")
 	for _, h := range hpas.Items {
 		target, actual := "", "<unknown>"
-		if len(h.Spec.Metrics) > 0 && h.Spec.Metrics[0].Object != nil {
-			target = h.Spec.Metrics[0].Object.Target.AverageValue.String()
+		if len(h.Spec.Metrics) > 0 && h.Spec.Metrics[0].Object != nil && h.Spec.Metrics[0].Object.Target.Value != nil {
+			target = h.Spec.Metrics[0].Object.Target.Value.String() + "%"
 		}
-		if len(h.Status.CurrentMetrics) > 0 && h.Status.CurrentMetrics[0].Object != nil && h.Status.CurrentMetrics[0].Object.Current.AverageValue != nil {
-			actual = h.Status.CurrentMetrics[0].Object.Current.AverageValue.String()
+		if len(h.Status.CurrentMetrics) > 0 && h.Status.CurrentMetrics[0].Object != nil && h.Status.CurrentMetrics[0].Object.Current.Value != nil {
+			actual = h.Status.CurrentMetrics[0].Object.Current.Value.String() + "%"
 		}
 		fmt.Fprintf(w, "\t%s\t%s\t%s\t%d\n", h.Name, target, actual, h.Status.CurrentReplicas)
 	}

@@ -1,12 +1,14 @@
-// Package custommetrics serves custom.metrics.k8s.io from the operator: the Object metric
-// workerclass_request on workerclasses.scheduling.conveyor.dev, the load the pipelines request of a
-// class, so a HorizontalPodAutoscaler scales the class's WorkerSet on a cluster with no Prometheus.
+// Package custommetrics serves custom.metrics.k8s.io from the operator: Object metrics on
+// workerclasses.scheduling.conveyor.dev, among them workerclass_utilization, the load the
+// pipelines request of a class as a percentage of what its Ready workers handle, so a
+// HorizontalPodAutoscaler scales the class's WorkerSet on a cluster with no Prometheus.
 // Every operator replica serves it from its own cache (not only the leader).
 package custommetrics
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,9 +27,13 @@ import (
 
 // Metric names served on WorkerClasses.
 const (
-	// MetricRequest is the documents per second the pipelines request of a class, placed or not:
-	// what the class's HorizontalPodAutoscaler reads.
+	// MetricRequest is the documents per second the pipelines request of a class, placed or not
+	// (for prometheus-adapter and KEDA users, and autoscalers of their own).
 	MetricRequest = pipeline.MetricRequest
+	// MetricUtilization is the requested load in whole percent of what the class's Ready workers
+	// handle together, rounded up: what the class's HorizontalPodAutoscaler reads. A class with
+	// load requested and no Ready worker has no value (NotFound), so its HPA keeps its replicas.
+	MetricUtilization = pipeline.MetricUtilization
 	// MetricAllocated is the documents per second bound to the class's workers.
 	MetricAllocated = "workerclass_allocated"
 	// MetricWorkers is the number of Ready workers of the class.
@@ -56,7 +62,7 @@ type LoadSource interface {
 // ListAllMetrics lists the metrics the provider serves.
 func (p *Provider) ListAllMetrics() []provider.CustomMetricInfo {
 	var out []provider.CustomMetricInfo
-	for _, m := range []string{MetricRequest, MetricAllocated, MetricWorkers} {
+	for _, m := range []string{MetricRequest, MetricUtilization, MetricAllocated, MetricWorkers} {
 		out = append(out, provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: m})
 	}
 	return out
@@ -76,7 +82,7 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 
 // GetMetricBySelector returns the metric of every WorkerClass matching the selector.
 func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, selector labels.Selector, info provider.CustomMetricInfo, _ labels.Selector) (*custom_metrics.MetricValueList, error) {
-	if info.GroupResource != workerClasses {
+	if info.GroupResource != workerClasses || !slices.ContainsFunc(p.ListAllMetrics(), func(m provider.CustomMetricInfo) bool { return m.Metric == info.Metric }) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
 	classes := &schedulingv1alpha1.WorkerClassList{}
@@ -87,6 +93,9 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	out := &custom_metrics.MetricValueList{}
 	for _, wc := range classes.Items {
 		v, err := p.value(types.NamespacedName{Namespace: namespace, Name: wc.Name}, info.Metric, loads[wc.Name])
+		if apierrors.IsNotFound(err) {
+			continue // a class without a value of this metric (utilization with no Ready worker)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +109,12 @@ func (p *Provider) value(name types.NamespacedName, metric string, l pipeline.Cl
 	switch metric {
 	case MetricRequest:
 		q = resource.NewQuantity(l.Requested, resource.DecimalSI)
+	case MetricUtilization:
+		u, ok := pipeline.Utilization(l)
+		if !ok {
+			return nil, provider.NewMetricNotFoundForError(workerClasses, metric, name.Name)
+		}
+		q = resource.NewQuantity(u, resource.DecimalSI)
 	case MetricAllocated:
 		q = resource.NewQuantity(l.Allocated, resource.DecimalSI)
 	case MetricWorkers:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -61,4 +62,69 @@ func TestProvider(t *testing.T) {
 	if _, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ns", Name: "green"}, info, labels.Everything()); err == nil {
 		t.Error("an unknown metric must be an error")
 	}
+	if _, err := p.GetMetricBySelector(context.Background(), "ns", labels.Everything(), info, labels.Everything()); err == nil {
+		t.Error("an unknown metric must be an error by selector too")
+	}
 }
+
+// TestProviderUtilization: workerclass_utilization is the requested load in whole percent of what
+// the Ready workers handle, rounded up; no value for a class with load and no Ready worker.
+func TestProviderUtilization(t *testing.T) {
+	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricUtilization}
+	for _, tc := range []struct {
+		name         string
+		load         pipeline.ClassLoad
+		want         int64
+		wantNotFound bool
+		wantString   string
+	}{
+		{name: "one green worker, three pipelines of 10", load: pipeline.ClassLoad{Capacity: 15, Workers: 1, Requested: 30}, want: 200, wantString: "200"},
+		{name: "three green workers, 30 requested: 66.7 rounds up", load: pipeline.ClassLoad{Capacity: 15, Workers: 3, Requested: 30}, want: 67, wantString: "67"},
+		{name: "three green workers, 10 requested: 22.2 rounds up", load: pipeline.ClassLoad{Capacity: 15, Workers: 3, Requested: 10}, want: 23, wantString: "23"},
+		{name: "exactly full", load: pipeline.ClassLoad{Capacity: 10, Workers: 2, Requested: 20}, want: 100, wantString: "100"},
+		{name: "a trickle is never 0%", load: pipeline.ClassLoad{Capacity: 1000, Workers: 4, Requested: 1}, want: 1, wantString: "1"},
+		{name: "nothing requested, no worker", load: pipeline.ClassLoad{Capacity: 15}, want: 0, wantString: "0"},
+		{name: "load requested, no Ready worker", load: pipeline.ClassLoad{Capacity: 15, Requested: 10}, wantNotFound: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Provider{Loads: staticLoads{"green": tc.load}}
+			v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ns", Name: "green"}, info, labels.Everything())
+			if tc.wantNotFound {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("got %v, %v; want NotFound", v, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Value.Value() != tc.want || v.Value.String() != tc.wantString || v.Metric.Name != MetricUtilization {
+				t.Errorf("got %s (%d) of %s, want %s", v.Value.String(), v.Value.Value(), v.Metric.Name, tc.wantString)
+			}
+		})
+	}
+}
+
+// TestProviderUtilizationBySelector: a class without a value is left out of a list, the others
+// are served.
+func TestProviderUtilizationBySelector(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(
+		fixtures.MakeWorkerClass("ns", "blue").Capacity(30).Obj(), fixtures.MakeWorkerClass("ns", "green").Capacity(15).Obj(),
+	).Build()
+	p := &Provider{Reader: c, Loads: staticLoads{
+		"blue":  {Capacity: 30, Workers: 2, Requested: 50},
+		"green": {Capacity: 15, Workers: 0, Requested: 30},
+	}}
+	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricUtilization}
+	list, err := p.GetMetricBySelector(context.Background(), "ns", labels.Everything(), info, labels.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].DescribedObject.Name != "blue" || list.Items[0].Value.Value() != 84 {
+		t.Errorf("got %+v, want only blue at 84 (50 of 60, rounded up)", list.Items)
+	}
+}
+
+type staticLoads map[string]pipeline.ClassLoad
+
+func (s staticLoads) ClassLoads(string) map[string]pipeline.ClassLoad { return s }

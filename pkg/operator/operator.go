@@ -31,7 +31,7 @@ type Options struct {
 	// process, whose registration would collide).
 	SkipMetrics bool
 	// CustomMetrics, when set, serves custom.metrics.k8s.io from the pipelines' allocator, on every
-	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_request.
+	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_utilization.
 	CustomMetrics *custommetrics.ServerOptions
 }
 

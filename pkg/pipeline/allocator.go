@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -70,6 +72,7 @@ type nsState struct {
 	gone map[types.UID]time.Time
 
 	pipelinePhases map[string]int // Pipelines by phase ("Unknown" before the first status)
+	unschedulable  map[string]int // Pipelines whose Schedulable condition is False, by its reason
 	bindingPhases  map[string]int // bindings in the cache by phase
 }
 
@@ -78,9 +81,11 @@ type classState struct {
 	exists   bool // a WorkerClass object exists
 	capacity int64
 	policy   schedulingv1alpha1.PlacementPolicy
-	workers  map[string]*workerState // by Pod name, including Pods that are not Ready
-	sorted   []*workerState          // workers by ordinal then name; nil when stale
-	ready    int32                   // Ready workers
+	// maxWorkers is spec.autoscaling.maxReplicas, 0 without autoscaling.
+	maxWorkers int32
+	workers    map[string]*workerState // by Pod name, including Pods that are not Ready
+	sorted     []*workerState          // workers by ordinal then name; nil when stale
+	ready      int32                   // Ready workers
 
 	// requested counts the stages of this class over the pipelines that count for the autoscaler,
 	// by load, so the sum of the loads that fit one worker is cheap whatever the capacity.
@@ -127,10 +132,12 @@ type bindingState struct {
 }
 
 type pipelineState struct {
-	phase   string
-	classes []string // one entry per stage
-	load    int64
-	counts  bool // counted in requested: not Invalid
+	phase string
+	// unschedulable is the reason of a False Schedulable condition, "" when it is not False.
+	unschedulable string
+	classes       []string // one entry per stage
+	load          int64
+	counts        bool // counted in requested: not Invalid
 }
 
 // Reservation is the capacity one binding write takes: it is what the binding will hold once the
@@ -153,7 +160,7 @@ func (a *Allocator) ns(namespace string) *nsState {
 	if s == nil {
 		s = &nsState{classes: map[string]*classState{}, bindings: map[string]*bindingState{}, pipelines: map[string]*pipelineState{},
 			byPipeline:     map[string]map[string]*bindingState{},
-			pipelinePhases: map[string]int{}, bindingPhases: map[string]int{}, gone: map[types.UID]time.Time{}}
+			pipelinePhases: map[string]int{}, unschedulable: map[string]int{}, bindingPhases: map[string]int{}, gone: map[types.UID]time.Time{}}
 		a.namespaces[namespace] = s
 	}
 	return s
@@ -251,6 +258,10 @@ func (a *Allocator) OnWorkerClass(wc *schedulingv1alpha1.WorkerClass, deleted bo
 	c.exists = !deleted
 	c.capacity = int64(wc.Spec.Capacity)
 	c.policy = wc.Spec.Placement
+	c.maxWorkers = 0
+	if wc.Spec.Autoscaling != nil {
+		c.maxWorkers = wc.Spec.Autoscaling.MaxReplicas
+	}
 	if deleted {
 		c.capacity = 0
 	}
@@ -333,6 +344,7 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 	if old := s.pipelines[pl.Name]; old != nil {
 		s.countRequestLocked(old, -1, &fx)
 		countPhase(s.pipelinePhases, old.phase, -1)
+		countPhase(s.unschedulable, old.unschedulable, -1)
 	}
 	if deleted || pl.DeletionTimestamp != nil {
 		delete(s.pipelines, pl.Name)
@@ -360,6 +372,10 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 		p := &pipelineState{phase: phaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
 			load: int64(pl.Spec.DocumentsPerSecond), counts: pl.Status.Phase != schedulingv1alpha1.PipelineInvalid}
 		countPhase(s.pipelinePhases, p.phase, 1)
+		if c := meta.FindStatusCondition(pl.Status.Conditions, schedulingv1alpha1.PipelineSchedulable); c != nil && c.Status == metav1.ConditionFalse {
+			p.unschedulable = c.Reason
+			countPhase(s.unschedulable, p.unschedulable, 1)
+		}
 		for _, name := range slices.Sorted(maps.Keys(pl.Spec.Workers)) {
 			p.classes = append(p.classes, pl.Spec.Workers[name].Class)
 		}
@@ -828,7 +844,7 @@ func (a *Allocator) ClassLoads(namespace string) map[string]ClassLoad {
 		if !c.exists {
 			continue
 		}
-		l := ClassLoad{Class: name, Capacity: c.capacity, Workers: c.ready, Allocated: c.allocated}
+		l := ClassLoad{Class: name, Capacity: c.capacity, Workers: c.ready, Allocated: c.allocated, MaxWorkers: c.maxWorkers}
 		for load, n := range c.requested {
 			if load <= c.capacity {
 				l.Requested += load * n
@@ -866,9 +882,11 @@ func countPhase(m map[string]int, phase string, delta int) {
 	}
 }
 
-// PhaseCounts is how many Pipelines and bindings of a namespace are in each phase.
+// PhaseCounts is how many Pipelines and bindings of a namespace are in each phase, and how many
+// Pipelines are not schedulable, by the reason of their Schedulable condition.
 type PhaseCounts struct {
 	Pipelines, Bindings map[string]int
+	Unschedulable       map[string]int
 }
 
 // Phases returns the phase counts of every namespace the allocator knows.
@@ -883,7 +901,7 @@ func (a *Allocator) Phases() map[string]PhaseCounts {
 	for name, s := range all {
 		s.mu.Lock()
 		if len(s.pipelinePhases) > 0 || len(s.bindingPhases) > 0 {
-			out[name] = PhaseCounts{Pipelines: maps.Clone(s.pipelinePhases), Bindings: maps.Clone(s.bindingPhases)}
+			out[name] = PhaseCounts{Pipelines: maps.Clone(s.pipelinePhases), Bindings: maps.Clone(s.bindingPhases), Unschedulable: maps.Clone(s.unschedulable)}
 		}
 		s.mu.Unlock()
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,16 +18,42 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// MetricRequest is the custom metric the autoscaler of a class reads: the documents per second
-// the pipelines request of it (served by package custommetrics).
-const MetricRequest = "workerclass_request"
+// Custom metrics served on WorkerClasses by package custommetrics.
+const (
+	// MetricRequest is the documents per second the pipelines request of a class, placed or not.
+	// Kept for prometheus-adapter and KEDA users; the class's own autoscaler reads
+	// MetricUtilization.
+	MetricRequest = "workerclass_request"
+	// MetricUtilization is the class's requested load as a whole percentage of what its Ready
+	// workers handle together, rounded up: ceil(100 × requested / (capacity × workers)). The
+	// autoscaler of a class reads it against targetUtilization, so `kubectl get hpa` shows two
+	// whole percentages, e.g. 67/70.
+	MetricUtilization = "workerclass_utilization"
+)
+
+// Utilization is MetricUtilization of a class's load, in whole percent rounded up, and false
+// when it has none: no Ready worker while load is requested (no percentage of nothing; the HPA
+// then keeps the replicas it has instead of computing from zero Ready Pods).
+func Utilization(l ClassLoad) (int64, bool) {
+	if l.Requested <= 0 {
+		return 0, true
+	}
+	total := l.Capacity * int64(l.Workers)
+	if total <= 0 {
+		return 0, false
+	}
+	return (l.Requested*100 + total - 1) / total, true
+}
 
 // desiredHPA is the HorizontalPodAutoscaler of a class with spec.autoscaling: it scales the
 // class's WorkerSet through /scale so that each worker carries capacity × targetUtilization / 100
-// of the requested load.
+// of the requested load. Its metric is the Object metric MetricUtilization of the class with a
+// Value target of targetUtilization: the HPA controller wants ceil(ready × utilization / target)
+// workers, which is ceil(requested / (capacity × targetUtilization / 100)), the class's
+// status.desiredWorkers, and both numbers it shows are whole percentages.
 func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPodAutoscaler {
 	a := wc.Spec.Autoscaling
-	target := resource.NewMilliQuantity(int64(wc.Spec.Capacity)*int64(targetUtilization(wc))*10, resource.DecimalSI)
+	target := resource.NewQuantity(int64(targetUtilization(wc)), resource.DecimalSI)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
@@ -41,8 +68,8 @@ func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPod
 					DescribedObject: autoscalingv2.CrossVersionObjectReference{
 						APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "WorkerClass", Name: wc.Name,
 					},
-					Metric: autoscalingv2.MetricIdentifier{Name: MetricRequest},
-					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: target},
+					Metric: autoscalingv2.MetricIdentifier{Name: MetricUtilization},
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: target},
 				},
 			}},
 			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
@@ -104,7 +131,8 @@ func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *scheduli
 	}); err != nil {
 		return false, "", "", fmt.Errorf("write autoscaler: %w", err)
 	}
-	target := want.Spec.Metrics[0].Object.Target.AverageValue
+	perWorker := strconv.FormatFloat(float64(wc.Spec.Capacity)*float64(targetUtilization(wc))/100, 'f', -1, 64)
 	return true, schedulingv1alpha1.ReasonAutoscalerSynced,
-		fmt.Sprintf("HorizontalPodAutoscaler %s scales WorkerSet %s between %d and %d workers, %s documents/s each", wc.Name, workerSetName(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, target.String()), nil
+		fmt.Sprintf("HorizontalPodAutoscaler %s scales WorkerSet %s between %d and %d workers to keep them at %d%% of their capacity (%s documents/s each)",
+			wc.Name, workerSetName(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, targetUtilization(wc), perWorker), nil
 }

@@ -60,6 +60,11 @@ func TestIntegrationAutoscalerWrittenOnlyOnChange(t *testing.T) {
 		return nil
 	})
 	created := getHPA(t, ns, "green")
+	// As the API server stores it: the utilization metric against a whole target, no milli-units.
+	if m := created.Spec.Metrics; len(m) != 1 || m[0].Object == nil || m[0].Object.Metric.Name != MetricUtilization ||
+		m[0].Object.Target.Type != autoscalingv2.ValueMetricType || m[0].Object.Target.Value.String() != "70" {
+		t.Errorf("HPA metrics %+v, want %s against the Value 70", m, MetricUtilization)
+	}
 
 	// Each pipeline created or deleted changes the load the class is asked for, not its HPA: the
 	// class is reconciled (its status shows the new load) and its HPA is left alone.

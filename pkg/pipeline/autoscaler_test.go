@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"testing"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -19,10 +20,10 @@ func TestDesiredHPA(t *testing.T) {
 	}
 	hpa := desiredHPA(wc)
 	m := hpa.Spec.Metrics[0].Object
-	if got := m.Target.AverageValue.String(); got != "10500m" {
-		t.Errorf("target %s, want 10500m (15 × 70%%)", got)
+	if m.Target.Type != autoscalingv2.ValueMetricType || m.Target.AverageValue != nil || m.Target.Value == nil || m.Target.Value.String() != "70" {
+		t.Errorf("target %+v, want the whole Value 70 (targetUtilization)", m.Target)
 	}
-	if m.Metric.Name != "workerclass_request" || m.DescribedObject.Kind != "WorkerClass" || m.DescribedObject.Name != "green" {
+	if m.Metric.Name != "workerclass_utilization" || m.DescribedObject.Kind != "WorkerClass" || m.DescribedObject.Name != "green" {
 		t.Errorf("metric %+v", m)
 	}
 	if r := hpa.Spec.ScaleTargetRef; r.Kind != "WorkerSet" || r.Name != "green-workers" || r.APIVersion != "apps.conveyor.dev/v1alpha1" {
@@ -66,5 +67,50 @@ func TestSetHPASpecKeepsDefaults(t *testing.T) {
 	setHPASpec(empty, &desiredHPA(wc).Spec)
 	if want := desiredHPA(wc).Spec; !apiequality.Semantic.DeepEqual(*empty, want) {
 		t.Errorf("setHPASpec on a new HPA:\n got %+v\nwant %+v", *empty, want)
+	}
+}
+
+// TestUtilizationScalesLikeDesiredWorkers: the HPA controller, given the utilization metric and a
+// Value target, wants ceil(ready × utilization / target) workers, or keeps the ready count when the
+// ratio is within its 10% tolerance. Outside the tolerance that is never fewer than
+// status.desiredWorkers (the number the AverageValue target on workerclass_request gave), and at
+// most one more while ready ≤ target: the whole percent is rounded up, which adds less than
+// ready/target of a worker. On desiredWorkers Ready workers the utilization never exceeds the
+// target, so the HPA stays there once it got there.
+func TestUtilizationScalesLikeDesiredWorkers(t *testing.T) {
+	const tolerance = 0.1
+	exactly, oneMore := 0, 0
+	for _, c := range []struct{ capacity, target int64 }{{15, 70}, {10, 100}, {30, 70}, {7, 33}, {1000, 85}} {
+		for requested := int64(1); requested <= 20*c.capacity; requested++ {
+			for ready := int32(1); int64(ready) <= min(40, c.target); ready++ {
+				u, ok := Utilization(ClassLoad{Capacity: c.capacity, Workers: ready, Requested: requested})
+				if !ok {
+					t.Fatalf("no utilization with %d Ready workers", ready)
+				}
+				ratio := float64(u) / float64(c.target)
+				want := desiredWorkers(requested, c.capacity, int32(c.target))
+				if ready == want && u > c.target {
+					t.Fatalf("capacity %d target %d%%: %d requested on desiredWorkers = %d Ready workers reads %d%%, over the target: the HPA would leave its fixed point",
+						c.capacity, c.target, requested, ready, u)
+				}
+				if math.Abs(1-ratio) <= tolerance {
+					continue // the HPA keeps its replicas
+				}
+				got := int32(math.Ceil(ratio * float64(ready)))
+				switch got {
+				case want:
+					exactly++
+				case want + 1:
+					oneMore++
+				default:
+					t.Fatalf("capacity %d target %d%%: %d requested on %d Ready workers: utilization %d%% makes the HPA want %d workers, desiredWorkers is %d",
+						c.capacity, c.target, requested, ready, u, got, want)
+				}
+			}
+		}
+	}
+	t.Logf("outside the tolerance: %d cases give desiredWorkers, %d one more", exactly, oneMore)
+	if exactly == 0 {
+		t.Fatal("no case compared")
 	}
 }

@@ -14,9 +14,15 @@ var (
 	workersDesc = prometheus.NewDesc("conveyor_workerclass_workers",
 		"Ready worker Pods of a WorkerClass.",
 		[]string{"workerclass", "workerclass_namespace"}, nil)
+	maxCapacityDesc = prometheus.NewDesc("conveyor_workerclass_max_capacity_documents_per_second",
+		"Documents per second the most workers the autoscaler of a WorkerClass may run handle together (capacity × spec.autoscaling.maxReplicas); only for classes with spec.autoscaling.",
+		[]string{"workerclass", "workerclass_namespace"}, nil)
 	pipelinesDesc = prometheus.NewDesc("conveyor_pipelines",
 		"Pipelines by phase.",
 		[]string{"pipeline_namespace", "phase"}, nil)
+	unschedulableDesc = prometheus.NewDesc("conveyor_pipelines_unschedulable",
+		"Pipelines whose Schedulable condition is False, by its reason (InsufficientCapacity, ExceedsWorkerCapacity, BindingDeadEnd, BindingWriteFailed, ...).",
+		[]string{"pipeline_namespace", "reason"}, nil)
 	bindingsDesc = prometheus.NewDesc("conveyor_pipeline_bindings",
 		"PipelineBindings by phase.",
 		[]string{"pipeline_namespace", "phase"}, nil)
@@ -33,7 +39,7 @@ var _ prometheus.Collector = &Collector{}
 
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{requestedDesc, capacityDesc, workersDesc, pipelinesDesc, bindingsDesc} {
+	for _, d := range []*prometheus.Desc{requestedDesc, capacityDesc, workersDesc, maxCapacityDesc, pipelinesDesc, unschedulableDesc, bindingsDesc} {
 		ch <- d
 	}
 }
@@ -45,11 +51,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(requestedDesc, prometheus.GaugeValue, float64(l.Requested), name, ns)
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(l.Capacity)*float64(l.Workers), name, ns)
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(l.Workers), name, ns)
+			if l.MaxWorkers > 0 {
+				ch <- prometheus.MustNewConstMetric(maxCapacityDesc, prometheus.GaugeValue, float64(l.Capacity)*float64(l.MaxWorkers), name, ns)
+			}
 		}
 	}
 	for ns, counts := range c.Allocator.Phases() {
 		for phase, n := range counts.Pipelines {
 			ch <- prometheus.MustNewConstMetric(pipelinesDesc, prometheus.GaugeValue, float64(n), ns, phase)
+		}
+		for reason, n := range counts.Unschedulable {
+			ch <- prometheus.MustNewConstMetric(unschedulableDesc, prometheus.GaugeValue, float64(n), ns, reason)
 		}
 		for phase, n := range counts.Bindings {
 			ch <- prometheus.MustNewConstMetric(bindingsDesc, prometheus.GaugeValue, float64(n), ns, phase)

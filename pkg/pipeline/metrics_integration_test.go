@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,6 +97,9 @@ func expectedSeries(ctx context.Context, ns string) (map[string]float64, error) 
 	capacity := map[string]int64{}
 	for _, wc := range classes.Items {
 		capacity[wc.Name] = int64(wc.Spec.Capacity)
+		if a := wc.Spec.Autoscaling; a != nil {
+			want[series("conveyor_workerclass_max_capacity_documents_per_second", "workerclass", wc.Name, "workerclass_namespace", ns)] = float64(int64(wc.Spec.Capacity) * int64(a.MaxReplicas))
+		}
 	}
 	ready := map[string]int64{}
 	for i := range pods.Items {
@@ -110,6 +115,9 @@ func expectedSeries(ctx context.Context, ns string) (map[string]float64, error) 
 			phase = "Unknown"
 		}
 		pipelinePhases[phase]++
+		if c := meta.FindStatusCondition(p.Status.Conditions, schedulingv1alpha1.PipelineSchedulable); c != nil && c.Status == metav1.ConditionFalse {
+			want[series("conveyor_pipelines_unschedulable", "pipeline_namespace", ns, "reason", c.Reason)]++
+		}
 		if p.Status.Phase == schedulingv1alpha1.PipelineInvalid {
 			continue
 		}
@@ -189,22 +197,26 @@ func TestIntegrationMetricsMatchObjects(t *testing.T) {
 	})
 	// The objects are the ones the scenario makes, so the comparison above is not vacuous.
 	for k, v := range map[string]float64{
-		series("conveyor_workerclass_requested_documents_per_second", "workerclass", "green", "workerclass_namespace", ns): 30, // big's 20 exceeds a green worker
-		series("conveyor_workerclass_requested_documents_per_second", "workerclass", "blue", "workerclass_namespace", ns):  50, // lost is Invalid
-		series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "yellow", "workerclass_namespace", ns): 200,
-		series("conveyor_workerclass_workers", "workerclass", "green", "workerclass_namespace", ns):                        1,
-		series("conveyor_workerclass_workers", "workerclass", "blue", "workerclass_namespace", ns):                         2,
-		series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "blue", "workerclass_namespace", ns):   60,
-		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Ready"):                                           1,
-		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Pending"):                                         3,
-		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Invalid"):                                         1,
-		series("conveyor_pipeline_bindings", "pipeline_namespace", ns, "phase", "Ready"):                                   3,
+		series("conveyor_workerclass_requested_documents_per_second", "workerclass", "green", "workerclass_namespace", ns):    30, // big's 20 exceeds a green worker
+		series("conveyor_workerclass_requested_documents_per_second", "workerclass", "blue", "workerclass_namespace", ns):     50, // lost is Invalid
+		series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "yellow", "workerclass_namespace", ns):    200,
+		series("conveyor_workerclass_workers", "workerclass", "green", "workerclass_namespace", ns):                           1,
+		series("conveyor_workerclass_workers", "workerclass", "blue", "workerclass_namespace", ns):                            2,
+		series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "blue", "workerclass_namespace", ns):      60,
+		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Ready"):                                              1,
+		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Pending"):                                            3,
+		series("conveyor_pipelines", "pipeline_namespace", ns, "phase", "Invalid"):                                            1,
+		series("conveyor_pipeline_bindings", "pipeline_namespace", ns, "phase", "Ready"):                                      3,
+		series("conveyor_workerclass_max_capacity_documents_per_second", "workerclass", "green", "workerclass_namespace", ns): 75, // maxReplicas 5
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", ns, "reason", "InsufficientCapacity"):                2,  // second, third
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", ns, "reason", "ExceedsWorkerCapacity"):               1,  // big
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", ns, "reason", "UnknownClass"):                        1,  // lost
 	} {
 		if got[k] != v {
 			t.Errorf("%s = %g, want %g", k, got[k], v)
 		}
 	}
-	if len(got) != 3*3+3+1 {
-		t.Errorf("%d series for the namespace, want 13 (3 per class, 3 pipeline phases, 1 binding phase): %v", len(got), got)
+	if len(got) != 4*3+3+3+1 {
+		t.Errorf("%d series for the namespace, want 19 (4 per autoscaled class, 3 pipeline phases, 3 unschedulable reasons, 1 binding phase): %v", len(got), got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
@@ -17,7 +18,9 @@ func TestCollectorFromAllocator(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&Collector{Allocator: a})
 
-	a.OnWorkerClass(allocClass("green", 10), false)
+	green := allocClass("green", 10)
+	green.Spec.Autoscaling = &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 4} // blue is not autoscaled
+	a.OnWorkerClass(green, false)
 	a.OnWorkerClass(allocClass("blue", 30), false)
 	for i := range 3 {
 		a.OnPod(allocPod("green", i), false)
@@ -31,11 +34,17 @@ func TestCollectorFromAllocator(t *testing.T) {
 		pl.Status.Phase = phase
 		return pl
 	}
-	a.OnPipeline(withPhase(allocPipeline("a", 4, "green", "blue"), schedulingv1alpha1.PipelineReady), false)
-	a.OnPipeline(withPhase(allocPipeline("b", 6, "green"), schedulingv1alpha1.PipelinePending), false)
-	a.OnPipeline(withPhase(allocPipeline("c", 12, "green", "blue"), schedulingv1alpha1.PipelinePending), false) // 12 > a green worker: not requested of green
-	a.OnPipeline(withPhase(allocPipeline("d", 3, "green"), schedulingv1alpha1.PipelineInvalid), false)          // Invalid: requests nothing
-	a.OnPipeline(allocPipeline("e", 1, "blue"), false)                                                          // no status yet: Unknown
+	unschedulable := func(pl *schedulingv1alpha1.Pipeline, reason string) *schedulingv1alpha1.Pipeline {
+		pl.Status.Conditions = append(pl.Status.Conditions, metav1.Condition{Type: schedulingv1alpha1.PipelineSchedulable, Status: metav1.ConditionFalse, Reason: reason})
+		return pl
+	}
+	ready := withPhase(allocPipeline("a", 4, "green", "blue"), schedulingv1alpha1.PipelineReady)
+	ready.Status.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.PipelineSchedulable, Status: metav1.ConditionTrue, Reason: schedulingv1alpha1.ReasonPlaced}}
+	a.OnPipeline(ready, false)
+	a.OnPipeline(unschedulable(withPhase(allocPipeline("b", 6, "green"), schedulingv1alpha1.PipelinePending), schedulingv1alpha1.ReasonInsufficientCapacity), false)
+	a.OnPipeline(unschedulable(withPhase(allocPipeline("c", 12, "green", "blue"), schedulingv1alpha1.PipelinePending), schedulingv1alpha1.ReasonExceedsWorkerCapacity), false) // 12 > a green worker: not requested of green
+	a.OnPipeline(withPhase(allocPipeline("d", 3, "green"), schedulingv1alpha1.PipelineInvalid), false)                                                                         // Invalid: requests nothing
+	a.OnPipeline(allocPipeline("e", 1, "blue"), false)                                                                                                                         // no status yet: Unknown
 
 	withBindingPhase := func(b *schedulingv1alpha1.PipelineBinding, phase schedulingv1alpha1.BindingPhase) *schedulingv1alpha1.PipelineBinding {
 		b.Status.Phase = phase
@@ -53,19 +62,22 @@ func TestCollectorFromAllocator(t *testing.T) {
 	class := func(name string) []string { return []string{"workerclass", name, "workerclass_namespace", "ns"} }
 	phase := func(p string) []string { return []string{"pipeline_namespace", "ns", "phase", p} }
 	want := map[string]float64{
-		series("conveyor_workerclass_requested_documents_per_second", class("green")...): 4 + 6,
-		series("conveyor_workerclass_requested_documents_per_second", class("blue")...):  4 + 12 + 1,
-		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):  2 * 10,
-		series("conveyor_workerclass_capacity_documents_per_second", class("blue")...):   30,
-		series("conveyor_workerclass_workers", class("green")...):                        2,
-		series("conveyor_workerclass_workers", class("blue")...):                         1,
-		series("conveyor_pipelines", phase("Ready")...):                                  1,
-		series("conveyor_pipelines", phase("Pending")...):                                2,
-		series("conveyor_pipelines", phase("Invalid")...):                                1,
-		series("conveyor_pipelines", phase("Unknown")...):                                1,
-		series("conveyor_pipeline_bindings", phase("Ready")...):                          1,
-		series("conveyor_pipeline_bindings", phase("Pending")...):                        1,
-		series("conveyor_pipeline_bindings", phase("Unknown")...):                        1,
+		series("conveyor_workerclass_requested_documents_per_second", class("green")...):                          4 + 6,
+		series("conveyor_workerclass_requested_documents_per_second", class("blue")...):                           4 + 12 + 1,
+		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):                           2 * 10,
+		series("conveyor_workerclass_capacity_documents_per_second", class("blue")...):                            30,
+		series("conveyor_workerclass_workers", class("green")...):                                                 2,
+		series("conveyor_workerclass_workers", class("blue")...):                                                  1,
+		series("conveyor_workerclass_max_capacity_documents_per_second", class("green")...):                       4 * 10,
+		series("conveyor_pipelines", phase("Ready")...):                                                           1,
+		series("conveyor_pipelines", phase("Pending")...):                                                         2,
+		series("conveyor_pipelines", phase("Invalid")...):                                                         1,
+		series("conveyor_pipelines", phase("Unknown")...):                                                         1,
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "InsufficientCapacity"):  1,
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "ExceedsWorkerCapacity"): 1,
+		series("conveyor_pipeline_bindings", phase("Ready")...):                                                   1,
+		series("conveyor_pipeline_bindings", phase("Pending")...):                                                 1,
+		series("conveyor_pipeline_bindings", phase("Unknown")...):                                                 1,
 	}
 	if d := diffSeries(gatherConveyor(t, reg, "ns"), want); d != "" {
 		t.Errorf("series of ns: %s", d)
@@ -87,14 +99,16 @@ func TestCollectorFromAllocator(t *testing.T) {
 	a.OnBinding(allocBinding("e", "s0", "blue", "blue-0", 1, 1), true)
 	a.OnPipeline(withPhase(allocPipeline("e", 1, "blue"), schedulingv1alpha1.PipelinePending), false)
 	want = map[string]float64{
-		series("conveyor_workerclass_requested_documents_per_second", class("green")...): 4,
-		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):  10,
-		series("conveyor_workerclass_workers", class("green")...):                        1,
-		series("conveyor_pipelines", phase("Ready")...):                                  1,
-		series("conveyor_pipelines", phase("Pending")...):                                2,
-		series("conveyor_pipelines", phase("Invalid")...):                                1,
-		series("conveyor_pipeline_bindings", phase("Ready")...):                          1,
-		series("conveyor_pipeline_bindings", phase("Pending")...):                        1,
+		series("conveyor_workerclass_requested_documents_per_second", class("green")...):                          4,
+		series("conveyor_workerclass_capacity_documents_per_second", class("green")...):                           10,
+		series("conveyor_workerclass_workers", class("green")...):                                                 1,
+		series("conveyor_workerclass_max_capacity_documents_per_second", class("green")...):                       4 * 10,
+		series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "ExceedsWorkerCapacity"): 1,
+		series("conveyor_pipelines", phase("Ready")...):                                                           1,
+		series("conveyor_pipelines", phase("Pending")...):                                                         2,
+		series("conveyor_pipelines", phase("Invalid")...):                                                         1,
+		series("conveyor_pipeline_bindings", phase("Ready")...):                                                   1,
+		series("conveyor_pipeline_bindings", phase("Pending")...):                                                 1,
 	}
 	if d := diffSeries(gatherConveyor(t, reg, "ns"), want); d != "" {
 		t.Errorf("series of ns after deletions: %s", d)

@@ -459,7 +459,8 @@ func TestIntegrationAutoscalerOwnership(t *testing.T) {
 			return err
 		}
 		if hpa.Spec.ScaleTargetRef.Name != "green" || hpa.Spec.MaxReplicas != 5 || *hpa.Spec.MinReplicas != 1 ||
-			hpa.Spec.Metrics[0].Object.Target.AverageValue.String() != "10500m" || !metav1.IsControlledBy(hpa, getClass(t, ns, "green")) {
+			hpa.Spec.Metrics[0].Object.Metric.Name != MetricUtilization || hpa.Spec.Metrics[0].Object.Target.Value.String() != "70" ||
+			!metav1.IsControlledBy(hpa, getClass(t, ns, "green")) {
 			return fmt.Errorf("hpa %+v", hpa.Spec)
 		}
 		return nil
@@ -476,8 +477,8 @@ func TestIntegrationAutoscalerOwnership(t *testing.T) {
 		if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "green"}, hpa); err != nil {
 			return err
 		}
-		if hpa.Spec.MaxReplicas != 7 || hpa.Spec.Metrics[0].Object.Target.AverageValue.String() != "15" {
-			return fmt.Errorf("max %d target %s", hpa.Spec.MaxReplicas, hpa.Spec.Metrics[0].Object.Target.AverageValue.String())
+		if hpa.Spec.MaxReplicas != 7 || hpa.Spec.Metrics[0].Object.Target.Value.String() != "100" {
+			return fmt.Errorf("max %d target %s", hpa.Spec.MaxReplicas, hpa.Spec.Metrics[0].Object.Target.Value.String())
 		}
 		return nil
 	})

@@ -201,4 +201,6 @@ type ClassLoad struct {
 	Workers   int32 // Ready worker Pods
 	Requested int64 // sum of the loads of every stage of the class, placed or not
 	Allocated int64 // load bound to workers
+	// MaxWorkers is spec.autoscaling.maxReplicas, 0 when the class is not autoscaled.
+	MaxWorkers int32
 }

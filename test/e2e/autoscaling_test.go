@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,5 +65,53 @@ func TestAutoscalingFromPipelineLoad(t *testing.T) {
 		}
 	}
 	waitScaledUp(ctx, t, ns)
+	// 30 documents/s requested of three green workers of 15: 66.7%, shown rounded up.
+	waitHPATargets(ctx, t, ns, "green", "67/70")
 	loadDrops(ctx, t, ns)
+	// 10 documents/s of one worker of 15.
+	waitHPATargets(ctx, t, ns, "green", "67/70")
+}
+
+// waitHPATargets waits until `kubectl get hpa` shows want in the TARGETS column of the class's
+// HPA, and checks that every HPA of the namespace shows whole numbers there: current/target
+// percentages, no milli-units ("3334m/10500m (avg)" before workerclass_utilization).
+func waitHPATargets(ctx context.Context, t *testing.T, ns, class, want string) {
+	t.Helper()
+	whole := regexp.MustCompile(`^[0-9]+/[0-9]+$`)
+	testenv.EventuallyContext(ctx, t, "kubectl get hpa shows "+class+" at "+want, func(ctx context.Context) error {
+		out, err := env.Kubectl(ctx, "get", "hpa", "-n", ns)
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		header := strings.Fields(lines[0])
+		name, targets := slices.Index(header, "NAME"), slices.Index(header, "TARGETS")
+		if name < 0 || targets < 0 || len(lines) < 2 {
+			return fmt.Errorf("no NAME and TARGETS columns or no HPA:\n%s", out)
+		}
+		found := false
+		for _, line := range lines[1:] {
+			f := strings.Fields(line)
+			if len(f) <= targets {
+				return fmt.Errorf("short line %q", line)
+			}
+			if strings.HasPrefix(f[targets], "<unknown>/") {
+				return fmt.Errorf("HPA %s has not read its metric yet:\n%s", f[name], out)
+			}
+			if !whole.MatchString(f[targets]) {
+				t.Fatalf("HPA %s shows TARGETS %q, not two whole numbers:\n%s", f[name], f[targets], out)
+			}
+			if f[name] == class {
+				if f[targets] != want {
+					return fmt.Errorf("%s at %s:\n%s", class, f[targets], out)
+				}
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("no HPA %s:\n%s", class, out)
+		}
+		t.Logf("kubectl get hpa -n %s:\n%s", ns, out)
+		return nil
+	})
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -59,6 +61,12 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, ns, sa string) 
 // printed if the test fails.
 func startProcess(t *testing.T, name string, args ...string) {
 	t.Helper()
+	startProcessEnv(t, name, nil, args...)
+}
+
+// startProcessEnv is startProcess with the environment environ (nil: this process's).
+func startProcessEnv(t *testing.T, name string, environ []string, args ...string) {
+	t.Helper()
 	bin := filepath.Join(env.BinDir(), name)
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s is missing (make build builds it): %v", bin, err)
@@ -69,6 +77,7 @@ func startProcess(t *testing.T, name string, args ...string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = environ
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -139,11 +148,21 @@ func TestChartScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	certDir := t.TempDir()
+	// The metrics endpoint serves the chart's certificate from where the chart mounts it,
+	// <TMPDIR>/k8s-metrics-server/serving-certs, with TMPDIR a directory of this test.
+	tmpDir := t.TempDir()
+	metricsCertDir := filepath.Join(tmpDir, "k8s-metrics-server", "serving-certs")
+	if err := os.MkdirAll(metricsCertDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"tls.crt", "tls.key"} {
-		if err := os.WriteFile(filepath.Join(certDir, f), secret.Data[f], 0o600); err != nil {
-			t.Fatal(err)
+		for _, dir := range []string{certDir, metricsCertDir} {
+			if err := os.WriteFile(filepath.Join(dir, f), secret.Data[f], 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	metricsPort, schedulerPort := freePort(t), freePort(t)
 	dep := &appsv1.Deployment{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: system, Name: release + "-operator"}, dep); err != nil {
 		t.Fatal(err)
@@ -151,9 +170,9 @@ func TestChartScenario(t *testing.T) {
 	args := replaceArgs(dep.Spec.Template.Spec.Containers[0].Args,
 		[]string{"metrics-bind-address", "health-probe-bind-address", "custom-metrics-port", "custom-metrics-cert-dir"},
 		"--kubeconfig="+serviceAccountKubeconfig(ctx, t, system, dep.Spec.Template.Spec.ServiceAccountName),
-		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), "--health-probe-bind-address=0",
 		fmt.Sprintf("--custom-metrics-port=%d", port), "--custom-metrics-bind-address=127.0.0.1", "--custom-metrics-cert-dir="+certDir)
-	startProcess(t, "conveyor-operator", args...)
+	startProcessEnv(t, "conveyor-operator", append(os.Environ(), "TMPDIR="+tmpDir), args...)
 
 	// The scheduler: the chart's KubeSchedulerConfiguration, its ServiceAccount.
 	cm := &corev1.ConfigMap{}
@@ -164,7 +183,8 @@ func TestChartScenario(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &schedConfig); err != nil {
 		t.Fatal(err)
 	}
-	schedConfig["clientConnection"].(map[string]any)["kubeconfig"] = serviceAccountKubeconfig(ctx, t, system, release+"-scheduler")
+	schedulerKubeconfig := serviceAccountKubeconfig(ctx, t, system, release+"-scheduler")
+	schedConfig["clientConnection"].(map[string]any)["kubeconfig"] = schedulerKubeconfig
 	rendered, err := yaml.Marshal(schedConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +193,11 @@ func TestChartScenario(t *testing.T) {
 	if err := os.WriteFile(configPath, rendered, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, "conveyor-scheduler", "--config="+configPath, "--secure-port=0")
+	// Its secure port on a local port with the chart's certificate, authenticating and authorizing
+	// its callers through the API server as its ServiceAccount, as in the cluster.
+	startProcess(t, "conveyor-scheduler", "--config="+configPath, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", schedulerPort),
+		"--tls-cert-file="+filepath.Join(certDir, "tls.crt"), "--tls-private-key-file="+filepath.Join(certDir, "tls.key"),
+		"--authentication-kubeconfig="+schedulerKubeconfig, "--authorization-kubeconfig="+schedulerKubeconfig)
 
 	if err := env.WaitAPIServiceAvailable(ctx, "v1beta2.custom.metrics.k8s.io", 3*time.Minute); err != nil {
 		t.Fatalf("the chart's custom metrics APIService is not Available with the local operator behind it: %v", err)
@@ -190,6 +214,7 @@ func TestChartScenario(t *testing.T) {
 		}
 	}
 	waitScaledUp(ctx, t, work)
+	checkMonitoredMetricsServed(ctx, t, h, system, work, metricsPort, schedulerPort, secret.Data["ca.crt"])
 	// conveyor-scheduler placed the worker Pods: its Scheduled Events name it.
 	testenv.EventuallyContext(ctx, t, "Scheduled events from conveyor-scheduler", func(ctx context.Context) error {
 		events := &corev1.EventList{}
@@ -265,4 +290,93 @@ func pipelinePhases(ctx context.Context, ns string) (map[string]schedulingv1alph
 		out[p.Name] = p.Status.Phase
 	}
 	return out, nil
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// checkMonitoredMetricsServed scrapes the operator's and the scheduler's /metrics as Prometheus
+// would, with the token of a ServiceAccount bound to the chart's <fullname>-metrics-reader, over
+// TLS verified with the chart's CA for the names of their metrics Services, and checks that every
+// metric the chart's dashboard and alerts query is served, leader_election_master_status by both. A Pipeline whose stage exceeds a green worker is there meanwhile, so that
+// conveyor_pipelines_unschedulable has a series.
+func checkMonitoredMetricsServed(ctx context.Context, t *testing.T, h *helmCLI, system, work string, operatorPort, schedulerPort int, ca []byte) {
+	t.Helper()
+	c := env.Client()
+	oversized := fixtures.MakePipeline(work, "oversized").Load(fixtures.ScenarioCapacity["green"] + 5).Chain("green").Obj()
+	if err := c.Create(ctx, oversized); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Delete(ctx, oversized); err != nil {
+			t.Errorf("delete %s: %v", oversized.Name, err)
+		}
+	}()
+	if out, err := env.Kubectl(ctx, "create", "serviceaccount", "metrics-check", "-n", system); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	binding := "metrics-check-" + system
+	if out, err := env.Kubectl(ctx, "create", "clusterrolebinding", binding, "--clusterrole=conveyor-metrics-reader", "--serviceaccount="+system+":metrics-check"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		_, _ = env.Kubectl(context.Background(), "delete", "clusterrolebinding", binding, "--ignore-not-found")
+	})
+	token, err := env.Kubectl(ctx, "create", "token", "metrics-check", "-n", system)
+	if err != nil {
+		t.Fatalf("%v: %s", err, token)
+	}
+	token = strings.TrimSpace(token)
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		t.Fatal("the chart's ca.crt holds no certificate")
+	}
+	operatorTLS := &tls.Config{RootCAs: roots, ServerName: "conveyor-operator-metrics." + system + ".svc", MinVersion: tls.VersionTLS12}
+	schedulerTLS := &tls.Config{RootCAs: roots, ServerName: "conveyor-scheduler-metrics." + system + ".svc", MinVersion: tls.VersionTLS12}
+
+	wanted := monitoredMetricNames(ctx, t, h, system)
+	testenv.EventuallyContext(ctx, t, "the operator and the scheduler serve every metric of the dashboard and the alerts", func(ctx context.Context) error {
+		operator, err := scrapeMetricNames(ctx, fmt.Sprintf("https://127.0.0.1:%d/metrics", operatorPort), token, operatorTLS)
+		if err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+		scheduler, err := scrapeMetricNames(ctx, fmt.Sprintf("https://127.0.0.1:%d/metrics", schedulerPort), token, schedulerTLS)
+		if err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		var missing []string
+		for _, name := range wanted {
+			if !operator[name] && !scheduler[name] {
+				missing = append(missing, name)
+			}
+		}
+		for what, served := range map[string]map[string]bool{"operator": operator, "scheduler": scheduler} {
+			if !served["leader_election_master_status"] {
+				missing = append(missing, "leader_election_master_status of the "+what)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("not served: %v", missing)
+		}
+		t.Logf("the operator and the scheduler serve all %d metrics the dashboard and the alerts query: %v", len(wanted), wanted)
+		return nil
+	})
+	// Unauthenticated, both refuse.
+	for name, url := range map[string]string{"operator": fmt.Sprintf("https://127.0.0.1:%d/metrics", operatorPort), "scheduler": fmt.Sprintf("https://127.0.0.1:%d/metrics", schedulerPort)} {
+		tlsConfig := operatorTLS
+		if name == "scheduler" {
+			tlsConfig = schedulerTLS
+		}
+		if _, err := scrapeMetricNames(ctx, url, "not-a-token", tlsConfig); err == nil {
+			t.Errorf("the %s serves /metrics to a caller with an invalid token", name)
+		}
+	}
 }

@@ -72,6 +72,7 @@ func TestChartLint(t *testing.T) {
 		{"defaults", nil},
 		{"customMetrics off, serviceMonitor on", []string{"customMetrics.enabled=false", "metrics.serviceMonitor.enabled=true"}},
 		{"one replica each, no PDBs", []string{"operator.replicas=1", "scheduler.replicas=1"}},
+		{"dashboard and alerts on", []string{"monitoring.dashboard.enabled=true", "monitoring.prometheusRule.enabled=true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := h.run(ctx, append([]string{"lint", "--strict", chartDir()}, setFlags(tc.set)...)...)
@@ -91,6 +92,7 @@ func TestChartLint(t *testing.T) {
 		{"operator.replicas=0", "replicas"},
 		{"noSuchValue=1", "noSuchValue"},
 		{"image.pullPolicy=Sometimes", "pullPolicy"},
+		{"monitoring.dashboard.namespace=Not_A_Namespace", "namespace"},
 	} {
 		t.Run("schema rejects "+tc.set, func(t *testing.T) {
 			out, err := h.run(ctx, "template", "conveyor", chartDir(), "--set", tc.set)
@@ -834,7 +836,7 @@ func checkCustomMetrics(t *testing.T, objs []*unstructured.Unstructured, fullnam
 	fromUnstructured(t, reader, role)
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{"custom.metrics.k8s.io"},
-		Resources: []string{"workerclasses.scheduling.conveyor.dev/workerclass_request"},
+		Resources: []string{"workerclasses.scheduling.conveyor.dev/workerclass_utilization", "workerclasses.scheduling.conveyor.dev/workerclass_request"},
 		Verbs:     []string{"get"},
 	}}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
@@ -866,53 +868,63 @@ func checkCustomMetrics(t *testing.T, objs []*unstructured.Unstructured, fullnam
 	}
 }
 
-// checkServiceMonitor: the ServiceMonitor scrapes the metrics Service's port over HTTPS and verifies
-// the certificate with the chart's CA.
+// checkServiceMonitor: the ServiceMonitors of the operator and the scheduler each scrape their own
+// metrics Service's port over HTTPS and verify the certificate with the chart's CA.
 func checkServiceMonitor(t *testing.T, objs []*unstructured.Unstructured, ns string) {
 	t.Helper()
-	sm := findObject(objs, "ServiceMonitor", "conveyor-operator")
-	if sm == nil {
-		t.Fatalf("metrics.serviceMonitor.enabled=true renders no ServiceMonitor conveyor-operator")
+	if n := countKind(objs, "ServiceMonitor"); n != 2 {
+		t.Errorf("%d ServiceMonitors, want 2 (operator and scheduler)", n)
 	}
-	expect(t, "ServiceMonitor apiVersion", sm.GetAPIVersion(), "monitoring.coreos.com/v1")
-	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
-	svc := findObject(objs, "Service", "conveyor-operator-metrics")
-	if svc == nil {
-		t.Fatalf("no Service conveyor-operator-metrics")
-	}
-	for k, v := range selector {
-		if svc.GetLabels()[k] != v {
-			t.Errorf("the ServiceMonitor selects %s=%s, which Service %s does not carry", k, v, svc.GetName())
+	for _, component := range []string{"operator", "scheduler"} {
+		sm := findObject(objs, "ServiceMonitor", "conveyor-"+component)
+		if sm == nil {
+			t.Fatalf("metrics.serviceMonitor.enabled=true renders no ServiceMonitor conveyor-%s", component)
 		}
-	}
-	if other := findObject(objs, "Service", "conveyor-custom-metrics"); other != nil {
-		matches := true
-		for k, v := range selector {
-			matches = matches && other.GetLabels()[k] == v
+		expect(t, "ServiceMonitor apiVersion", sm.GetAPIVersion(), "monitoring.coreos.com/v1")
+		selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+		svcName := "conveyor-" + component + "-metrics"
+		var selected []string
+		for _, o := range objs {
+			if o.GetKind() != "Service" {
+				continue
+			}
+			matches := true
+			for k, v := range selector {
+				matches = matches && o.GetLabels()[k] == v
+			}
+			if matches {
+				selected = append(selected, o.GetName())
+			}
 		}
-		if matches {
-			t.Errorf("the ServiceMonitor also selects Service %s", other.GetName())
+		if !slices.Equal(selected, []string{svcName}) {
+			t.Errorf("ServiceMonitor %s selects the Services %v, want only %s", sm.GetName(), selected, svcName)
 		}
-	}
-	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	if len(endpoints) != 1 {
-		t.Fatalf("ServiceMonitor endpoints = %v, want one", endpoints)
-	}
-	ep := endpoints[0].(map[string]any)
-	expect(t, "endpoint port", ep["port"], any("https-metrics"))
-	expect(t, "endpoint scheme", ep["scheme"], any("https"))
-	expect(t, "endpoint interval", ep["interval"], any("30s"))
-	caSecret, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
-	expect(t, "endpoint tlsConfig.ca.secret.name", caSecret, "conveyor-operator-tls")
-	serverName, _, _ := unstructured.NestedString(ep, "tlsConfig", "serverName")
-	expect(t, "endpoint tlsConfig.serverName", serverName, "conveyor-operator-metrics."+ns+".svc")
-	if skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify"); skip {
-		t.Errorf("the ServiceMonitor skips TLS verification")
+		endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(endpoints) != 1 {
+			t.Fatalf("ServiceMonitor %s endpoints = %v, want one", sm.GetName(), endpoints)
+		}
+		ep := endpoints[0].(map[string]any)
+		expect(t, "endpoint port", ep["port"], any("https-metrics"))
+		expect(t, "endpoint scheme", ep["scheme"], any("https"))
+		expect(t, "endpoint interval", ep["interval"], any("30s"))
+		caSecret, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
+		expect(t, "endpoint tlsConfig.ca.secret.name", caSecret, "conveyor-operator-tls")
+		serverName, _, _ := unstructured.NestedString(ep, "tlsConfig", "serverName")
+		expect(t, "endpoint tlsConfig.serverName", serverName, svcName+"."+ns+".svc")
+		if skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify"); skip {
+			t.Errorf("ServiceMonitor %s skips TLS verification", sm.GetName())
+		}
+		svc := &corev1.Service{}
+		fromUnstructured(t, findObject(objs, "Service", svcName), svc)
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "https-metrics" {
+			t.Errorf("Service %s ports %+v, want one named https-metrics", svcName, svc.Spec.Ports)
+		}
 	}
 }
 
 // checkServingCertificate: the Secret's certificate is signed by its CA and valid for the DNS
-// names of both operator Services, as the aggregator and Prometheus verify them.
+// names of both operator Services and of the scheduler's metrics Service (the scheduler serves it
+// too), as the aggregator and Prometheus verify them.
 func checkServingCertificate(t *testing.T, objs []*unstructured.Unstructured, fullname, ns string) {
 	t.Helper()
 	o := findObject(objs, "Secret", fullname+"-operator-tls")
@@ -938,7 +950,7 @@ func checkServingCertificate(t *testing.T, objs []*unstructured.Unstructured, fu
 	if key, _ := pem.Decode(secret.Data["tls.key"]); key == nil || !strings.Contains(key.Type, "PRIVATE KEY") {
 		t.Errorf("tls.key holds no PEM private key")
 	}
-	for _, svc := range []string{fullname + "-custom-metrics", fullname + "-operator-metrics"} {
+	for _, svc := range []string{fullname + "-custom-metrics", fullname + "-operator-metrics", fullname + "-scheduler-metrics"} {
 		name := svc + "." + ns + ".svc"
 		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool}); err != nil {
 			t.Errorf("the serving certificate does not verify for %s: %v", name, err)

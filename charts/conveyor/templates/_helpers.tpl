@@ -119,6 +119,11 @@ conveyor-operator.conveyor.dev
 {{ include "conveyor.operator.fullname" . }}-metrics
 {{- end }}
 
+{{/* The Service of the scheduler's metrics endpoint (its secure port). */}}
+{{- define "conveyor.scheduler.metricsServiceName" -}}
+{{ include "conveyor.scheduler.fullname" . }}-metrics
+{{- end }}
+
 {{/* The Service the custom-metrics APIService points at. */}}
 {{- define "conveyor.customMetrics.serviceName" -}}
 {{ include "conveyor.fullname" . }}-custom-metrics
