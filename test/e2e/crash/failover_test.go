@@ -1,0 +1,37 @@
+package crash
+
+import (
+	"testing"
+
+	"github.com/conveyor-dev/conveyor/test/crash"
+)
+
+// TestLeaderFailover runs two replicas with the chart's leader election and SIGKILLs the leader
+// while it places pipelines, then SIGSTOPs the new leader past its lease while a third replica
+// stands by and SIGCONTs it. From the API server's audit log: no replica wrote while another held
+// the lease, and the stopped leader wrote nothing after it lost the lease; from the watch: no
+// worker was ever over capacity.
+func TestLeaderFailover(t *testing.T) {
+	ch, err := crash.NewChecker(t.Context(), env.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Stop()
+	res, err := crash.RunFailover(t.Context(), env.Client(), ch, crash.FailoverOptions{
+		Bin: operatorBin, Kubeconfig: env.Kubeconfig(), AuditLog: auditLog, LogDir: t.TempDir(),
+		Namespace: "failover", KillPipelines: 120, StopPipelines: 80, Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Summary())
+	if res.ExitLine == "" {
+		t.Errorf("the old leader did not log that it lost the election before it exited")
+	}
+	for _, o := range res.Overlaps {
+		t.Errorf("%s", o)
+	}
+	if n, first := ch.Violations(); n > 0 {
+		t.Errorf("%d invariant violations, first: %v", n, first)
+	}
+}
