@@ -29,9 +29,9 @@ type FailoverOptions struct {
 	Namespace string
 	// KillPipelines are placed while the leader is SIGKILLed, StopPipelines while it is stopped.
 	KillPipelines, StopPipelines int
-	// Stopped is how long the leader stays stopped; it must exceed the lease (15 s) and the new
-	// leader's first write. Default 30 s.
-	Stopped time.Duration
+	// AfterTakeover is how long the old leader stays stopped after the new one acquired the
+	// Lease (so past its lease, and past the new leader's first writes). Default 3 s.
+	AfterTakeover time.Duration
 	Timeout time.Duration // bounds each wait; default 5 minutes
 	Logf    func(format string, args ...any)
 }
@@ -100,8 +100,8 @@ const acquiredLine = "cquired lease"
 // new leader past its lease and SIGCONTs it. The checker must have been started before; it
 // checks capacity on every event.
 func RunFailover(ctx context.Context, c client.Client, ch *Checker, opts FailoverOptions) (*FailoverResult, error) {
-	if opts.Stopped == 0 {
-		opts.Stopped = 30 * time.Second
+	if opts.AfterTakeover == 0 {
+		opts.AfterTakeover = 3 * time.Second
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 5 * time.Minute
@@ -245,9 +245,7 @@ func RunFailover(ctx context.Context, c client.Client, ch *Checker, opts Failove
 	if _, err := cc.WaitLine(waitCtx, acquiredLine); err != nil {
 		return nil, err
 	}
-	if d := opts.Stopped - time.Since(res.Stopped); d > 0 {
-		time.Sleep(d)
-	}
+	time.Sleep(opts.AfterTakeover)
 	res.Continued = time.Now()
 	if err := b.Signal(syscall.SIGCONT); err != nil {
 		return nil, err

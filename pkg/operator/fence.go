@@ -1,0 +1,171 @@
+package operator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Leader election timings. They are controller-runtime's defaults, set explicitly on the manager
+// (see LeaderElectionTimings) so that the write fence and the elector agree.
+const (
+	LeaseDuration = 15 * time.Second
+	RenewDeadline = 10 * time.Second
+	RetryPeriod   = 2 * time.Second
+)
+
+// LeaseFence keeps a replica that may have lost its Lease from writing. Leader election alone
+// does not: a leader that was paused (SIGSTOP, a long GC or VM pause, a frozen node) past its
+// lease resumes with its workers running, and they write until its elector notices, up to
+// RenewDeadline later; meanwhile another replica leads (issue 12's failover suite saw it: a
+// resumed leader patched a Pod after the new leader took over).
+//
+// The fence watches the process's own requests: every successful write of the Lease that names
+// a holder is a renewal, dated when it was sent. Another replica can only take the Lease once it
+// has seen no renewal for LeaseDuration, so writes are safe until RenewDeadline after the last
+// renewal was sent; after that, and before the first, the fence refuses every write except those
+// of the Lease and of Events, with an error, without sending it. A release (a Lease write with no
+// holder) closes the fence at once.
+type LeaseFence struct {
+	// LeaseName is the name of the leader election Lease (any namespace).
+	LeaseName string
+	// Valid is how long after a renewal was sent writes go through; RenewDeadline when zero.
+	Valid time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	renewed time.Time // when the last successful renewal was sent; zero when none or released
+}
+
+// Wrap returns a RoundTripper that fences rt; use it with rest.Config.Wrap.
+func (f *LeaseFence) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) { return f.roundTrip(rt, req) })
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (fn roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return fn(req) }
+
+func (f *LeaseFence) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+func (f *LeaseFence) valid() time.Duration {
+	if f.Valid > 0 {
+		return f.Valid
+	}
+	return RenewDeadline
+}
+
+// Held says whether writes go through now, and if not, why.
+func (f *LeaseFence) Held() (bool, string) {
+	f.mu.Lock()
+	renewed := f.renewed
+	f.mu.Unlock()
+	if renewed.IsZero() {
+		return false, "this replica does not hold the Lease " + f.LeaseName
+	}
+	if age := f.now().Sub(renewed); age >= f.valid() {
+		return false, fmt.Sprintf("this replica last renewed the Lease %s %s ago (writes stop %s after a renewal)", f.LeaseName, age.Round(time.Millisecond), f.valid())
+	}
+	return true, ""
+}
+
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// resourceOf returns the resource of an API path (/api/v1/namespaces/ns/pods/x → pods;
+// /apis/coordination.k8s.io/v1/namespaces/ns/leases → leases).
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2 // api/v1/<...>
+	if len(parts) > 0 && parts[0] == "apis" {
+		i = 3 // apis/<group>/<version>/<...>
+	}
+	if len(parts) > i+1 && parts[i] == "namespaces" && len(parts) > i+2 {
+		i += 2
+	}
+	if len(parts) > i {
+		return parts[i]
+	}
+	return ""
+}
+
+func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+	if !isWrite(req.Method) {
+		return rt.RoundTrip(req)
+	}
+	switch resourceOf(req.URL.Path) {
+	case "events":
+		return rt.RoundTrip(req)
+	case "leases":
+		sent := f.now()
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			f.observeLease(sent, resp)
+		}
+		return resp, err
+	}
+	if ok, why := f.Held(); !ok {
+		return nil, fmt.Errorf("write fence: %s %s refused: %s", req.Method, req.URL.Path, why)
+	}
+	return rt.RoundTrip(req)
+}
+
+// observeLease reads a Lease write's response: a success naming a holder is a renewal sent at
+// sent; one naming none is a release.
+func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		// Not JSON (protobuf): the holder cannot be read, and only the elector writes the Lease,
+		// so take the success as a renewal.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if sent.After(f.renewed) {
+			f.renewed = sent
+		}
+		return
+	}
+	var lease struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			HolderIdentity *string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(body, &lease) != nil || lease.Metadata.Name != f.LeaseName {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		f.renewed = time.Time{}
+		return
+	}
+	if sent.After(f.renewed) {
+		f.renewed = sent
+	}
+}
