@@ -199,27 +199,9 @@ func (c *Checker) observe(o any, deleted bool) {
 			s.capacity[x.Name] = x.Spec.Capacity
 		}
 	case *corev1.Pod:
-		if deleted {
-			delete(s.pods, x.Name)
-		} else {
-			s.pods[x.Name] = x
-		}
-		if set := x.Labels[appsv1alpha1.WorkerSetLabel]; set != "" && !deleted {
-			c.checkSet(s, x.Namespace, set)
-		}
-		if class := x.Labels[schedulingv1alpha1.WorkerClassLabel]; class != "" {
-			c.checkCapacity(s, x.Namespace)
-		}
+		c.observePod(s, x, deleted)
 	case *corev1.PersistentVolumeClaim:
-		set := x.Labels[appsv1alpha1.WorkerSetLabel]
-		if deleted || x.DeletionTimestamp != nil {
-			if alive, seen := s.claims[x.Name]; (!seen || alive) && s.retain[set] {
-				c.violate("claim %s/%s of set %s (Retain) is deleted", x.Namespace, x.Name, set)
-			}
-			s.claims[x.Name] = false
-		} else {
-			s.claims[x.Name] = true
-		}
+		c.observeClaim(s, x, deleted)
 	case *schedulingv1alpha1.PipelineBinding:
 		if deleted || x.DeletionTimestamp != nil || x.Spec.Pod == "" {
 			delete(s.bindings, x.Name)
@@ -228,6 +210,34 @@ func (c *Checker) observe(o any, deleted bool) {
 		}
 		c.checkCapacity(s, x.Namespace)
 	}
+}
+
+func (c *Checker) observePod(s *nsState, p *corev1.Pod, deleted bool) {
+	if deleted {
+		delete(s.pods, p.Name)
+	} else {
+		s.pods[p.Name] = p
+	}
+	if set := p.Labels[appsv1alpha1.WorkerSetLabel]; set != "" && !deleted {
+		c.checkSet(s, p.Namespace, set)
+	}
+	if p.Labels[schedulingv1alpha1.WorkerClassLabel] != "" {
+		c.checkCapacity(s, p.Namespace)
+	}
+}
+
+// observeClaim records a claim, and a violation the first time a claim of a Retain set is gone
+// or terminating.
+func (c *Checker) observeClaim(s *nsState, pvc *corev1.PersistentVolumeClaim, deleted bool) {
+	set := pvc.Labels[appsv1alpha1.WorkerSetLabel]
+	if !deleted && pvc.DeletionTimestamp == nil {
+		s.claims[pvc.Name] = true
+		return
+	}
+	if alive, seen := s.claims[pvc.Name]; (!seen || alive) && s.retain[set] {
+		c.violate("claim %s/%s of set %s (Retain) is deleted", pvc.Namespace, pvc.Name, set)
+	}
+	s.claims[pvc.Name] = false
 }
 
 // checkSet checks the ordinals and the number of the Pods of a set.

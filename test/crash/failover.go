@@ -32,8 +32,8 @@ type FailoverOptions struct {
 	// AfterTakeover is how long the old leader stays stopped after the new one acquired the
 	// Lease (so past its lease, and past the new leader's first writes). Default 3 s.
 	AfterTakeover time.Duration
-	Timeout time.Duration // bounds each wait; default 5 minutes
-	Logf    func(format string, args ...any)
+	Timeout       time.Duration // bounds each wait; default 5 minutes
+	Logf          func(format string, args ...any)
 }
 
 // FailoverResult is what RunFailover measured. Times are from the audit log (the API server's
@@ -109,178 +109,252 @@ func RunFailover(ctx context.Context, c client.Client, ch *Checker, opts Failove
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	res := &FailoverResult{}
-	ns := opts.Namespace
-	e := &Env{C: c, Checker: ch, NS: ns, Logf: opts.Logf}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return nil, err
-	}
-	var procs []*Proc
+	f := &failover{c: c, opts: opts, e: &Env{C: c, Checker: ch, NS: opts.Namespace, Logf: opts.Logf}, res: &FailoverResult{}}
 	defer func() {
-		for _, p := range procs {
+		for _, p := range f.procs {
 			_ = p.Signal(syscall.SIGCONT)
 			p.Kill()
 		}
 	}()
-	start := func(name string) (*Proc, error) {
-		p, err := startReplica(opts, name)
-		if err == nil {
-			procs = append(procs, p)
-		}
-		return p, err
-	}
-	wait := func(what string, cond func(ctx context.Context) error) error {
-		return cluster.Poll(ctx, opts.Timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-			if err := cond(ctx); err != nil {
-				return false, fmt.Errorf("%s: %w", what, err)
-			}
-			return true, nil
-		})
-	}
 	waitCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-
-	// a leads, b stands by.
-	a, err := start("a")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}); err != nil {
+		return nil, err
+	}
+	a, err := f.standBy(waitCtx, "a", acquiredLine) // a leads
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.WaitLine(waitCtx, acquiredLine); err != nil {
-		return nil, err
-	}
-	b, err := start("b")
+	b, err := f.standBy(waitCtx, "b", standbyLine)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := b.WaitLine(waitCtx, "ttempting to acquire leader lease"); err != nil {
+	if err := f.workers(ctx); err != nil {
 		return nil, err
 	}
+	if err := f.killLeader(ctx, waitCtx, a, b); err != nil {
+		return nil, err
+	}
+	cc, err := f.standBy(waitCtx, "c", standbyLine)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.stopLeader(ctx, waitCtx, b, cc); err != nil {
+		return nil, err
+	}
+	return f.res, analyse(f.res, opts.AuditLog, opts.Namespace)
+}
 
-	classes := []string{"blue", "green", "yellow"}
-	const load, capacity = 5, 100
-	total := opts.KillPipelines + opts.StopPipelines
-	workers := int32((total*load+capacity-1)/capacity*11/10 + 1)
+const standbyLine = "ttempting to acquire leader lease"
+
+// failover is the state of RunFailover.
+type failover struct {
+	c     client.Client
+	opts  FailoverOptions
+	e     *Env
+	res   *FailoverResult
+	procs []*Proc
+	made  int // pipelines created so far
+}
+
+var failoverClasses = []string{"blue", "green", "yellow"}
+
+const failoverLoad, failoverCapacity = 5, 100
+
+// standBy starts a replica and waits until it logs line.
+func (f *failover) standBy(ctx context.Context, name, line string) (*Proc, error) {
+	p, err := startReplica(f.opts, name)
+	if err != nil {
+		return nil, err
+	}
+	f.procs = append(f.procs, p)
+	if _, err := p.WaitLine(ctx, line); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (f *failover) wait(ctx context.Context, what string, cond func(ctx context.Context) error) error {
+	return cluster.Poll(ctx, f.opts.Timeout, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		if err := cond(ctx); err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		return true, nil
+	})
+}
+
+// workers creates the classes and sets, with 10% more workers than all the pipelines need, and
+// waits until they are Ready.
+func (f *failover) workers(ctx context.Context) error {
+	total := f.opts.KillPipelines + f.opts.StopPipelines
+	workers := int32((total*failoverLoad+failoverCapacity-1)/failoverCapacity*11/10 + 1)
 	var objs []client.Object
-	for _, class := range classes {
-		ch.Asked(ns, class, workers, false)
+	for _, class := range failoverClasses {
+		f.e.Checker.Asked(f.e.NS, class, workers, false)
 		objs = append(objs,
-			fixtures.MakeWorkerClass(ns, class).Capacity(capacity).Placement(schedulingv1alpha1.PlacementPack).Obj(),
-			fixtures.MakeWorkerSet(ns, class).Replicas(workers).Class(class).Obj())
+			fixtures.MakeWorkerClass(f.e.NS, class).Capacity(failoverCapacity).Placement(schedulingv1alpha1.PlacementPack).Obj(),
+			fixtures.MakeWorkerSet(f.e.NS, class).Replicas(workers).Class(class).Obj())
 	}
-	if err := createAll(ctx, e, objs); err != nil {
-		return nil, err
+	if err := createAll(ctx, f.e, objs); err != nil {
+		return err
 	}
-	if err := wait("workers", func(ctx context.Context) error {
-		for _, class := range classes {
-			if err := setSettled(ctx, e, class, workers); err != nil {
+	return f.wait(ctx, "workers", func(ctx context.Context) error {
+		for _, class := range failoverClasses {
+			if err := setSettled(ctx, f.e, class, workers); err != nil {
 				return err
 			}
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	pipelines := func(from, to int) []client.Object {
-		var objs []client.Object
-		for i := from; i < to; i++ {
-			objs = append(objs, fixtures.MakePipeline(ns, fmt.Sprintf("f-%04d", i)).Load(load).Chain(classes...).Obj())
-		}
-		return objs
-	}
-	readyAtLeast := func(n int) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			list := &schedulingv1alpha1.PipelineList{}
-			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
-				return err
-			}
-			ready := 0
-			for _, p := range list.Items {
-				if p.Status.Phase == schedulingv1alpha1.PipelineReady {
-					ready++
-				}
-			}
-			if ready < n {
-				return fmt.Errorf("%d pipelines Ready, waiting for %d", ready, n)
-			}
-			return nil
-		}
-	}
+	})
+}
 
-	// SIGKILL a in the middle of the placement.
-	if err := createAll(ctx, e, pipelines(0, opts.KillPipelines)); err != nil {
-		return nil, err
+// place creates n more pipelines and waits until some of them are Ready: the placement is under
+// way.
+func (f *failover) place(ctx context.Context, n int) error {
+	var objs []client.Object
+	for i := f.made; i < f.made+n; i++ {
+		objs = append(objs, fixtures.MakePipeline(f.e.NS, fmt.Sprintf("f-%04d", i)).Load(failoverLoad).Chain(failoverClasses...).Obj())
 	}
-	if err := wait("a quarter of the pipelines Ready", readyAtLeast(opts.KillPipelines/4)); err != nil {
-		return nil, err
+	if err := createAll(ctx, f.e, objs); err != nil {
+		return err
 	}
-	res.Killed = time.Now()
+	want := f.made + n/4
+	f.made += n
+	return f.wait(ctx, "a quarter of the new pipelines Ready", func(ctx context.Context) error {
+		list := &schedulingv1alpha1.PipelineList{}
+		if err := f.c.List(ctx, list, client.InNamespace(f.e.NS)); err != nil {
+			return err
+		}
+		ready := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == schedulingv1alpha1.PipelineReady {
+				ready++
+			}
+		}
+		if ready < want {
+			return fmt.Errorf("%d pipelines Ready, waiting for %d", ready, want)
+		}
+		return nil
+	})
+}
+
+// killLeader SIGKILLs the leader a in the middle of a placement and waits until b has taken over
+// and placed everything.
+func (f *failover) killLeader(ctx, waitCtx context.Context, a, b *Proc) error {
+	if err := f.place(ctx, f.opts.KillPipelines); err != nil {
+		return err
+	}
+	f.res.Killed = time.Now()
 	a.Kill()
-	opts.Logf("SIGKILLed the leader a (pid %d)", a.Pid())
+	f.opts.Logf("SIGKILLed the leader a (pid %d)", a.Pid())
 	if _, err := b.WaitLine(waitCtx, acquiredLine); err != nil {
-		return nil, err
+		return err
 	}
-	if err := wait("every pipeline Ready under b", func(ctx context.Context) error { return pipelinesReady(ctx, e, opts.KillPipelines) }); err != nil {
-		return nil, err
-	}
+	return f.wait(ctx, "every pipeline Ready under b", func(ctx context.Context) error { return pipelinesReady(ctx, f.e, f.made) })
+}
 
-	// SIGSTOP b in the middle of the next placement, with c standing by.
-	cc, err := start("c")
-	if err != nil {
-		return nil, err
+// stopLeader SIGSTOPs the leader b in the middle of a placement, waits until c has taken over,
+// then SIGCONTs b and waits until it exits and c has placed everything.
+func (f *failover) stopLeader(ctx, waitCtx context.Context, b, c *Proc) error {
+	if err := f.place(ctx, f.opts.StopPipelines); err != nil {
+		return err
 	}
-	if _, err := cc.WaitLine(waitCtx, "ttempting to acquire leader lease"); err != nil {
-		return nil, err
-	}
-	if err := createAll(ctx, e, pipelines(opts.KillPipelines, total)); err != nil {
-		return nil, err
-	}
-	if err := wait("a few more pipelines Ready", readyAtLeast(opts.KillPipelines+opts.StopPipelines/5)); err != nil {
-		return nil, err
-	}
-	res.Stopped = time.Now()
+	f.res.Stopped = time.Now()
 	if err := b.Signal(syscall.SIGSTOP); err != nil {
-		return nil, err
+		return err
 	}
-	opts.Logf("SIGSTOPped the leader b (pid %d)", b.Pid())
-	if _, err := cc.WaitLine(waitCtx, acquiredLine); err != nil {
-		return nil, err
+	f.opts.Logf("SIGSTOPped the leader b (pid %d)", b.Pid())
+	if _, err := c.WaitLine(waitCtx, acquiredLine); err != nil {
+		return err
 	}
-	time.Sleep(opts.AfterTakeover)
-	res.Continued = time.Now()
+	time.Sleep(f.opts.AfterTakeover)
+	f.res.Continued = time.Now()
 	if err := b.Signal(syscall.SIGCONT); err != nil {
-		return nil, err
+		return err
 	}
-	opts.Logf("SIGCONTed the old leader b after %.1fs", res.Continued.Sub(res.Stopped).Seconds())
+	f.opts.Logf("SIGCONTed the old leader b after %.1fs", f.res.Continued.Sub(f.res.Stopped).Seconds())
 	select {
 	case <-b.Exited():
-		res.ExitAfterCont = time.Since(res.Continued)
+		f.res.ExitAfterCont = time.Since(f.res.Continued)
 	case <-waitCtx.Done():
-		return nil, fmt.Errorf("the old leader b still runs after SIGCONT: %s", b.Tail(20))
+		return fmt.Errorf("the old leader b still runs after SIGCONT: %s", b.Tail(20))
 	}
 	for _, l := range b.Lines() {
 		if strings.Contains(l, "leader election lost") {
-			res.ExitLine = l
+			f.res.ExitLine = l
 		}
 	}
-	if err := wait("every pipeline Ready under c", func(ctx context.Context) error { return pipelinesReady(ctx, e, total) }); err != nil {
-		return nil, err
+	if err := f.wait(ctx, "every pipeline Ready under c", func(ctx context.Context) error { return pipelinesReady(ctx, f.e, f.made) }); err != nil {
+		return err
 	}
-	cc.Kill()
-
-	return res, analyse(res, opts.AuditLog)
+	c.Kill()
+	return nil
 }
+
+const (
+	replicaA = "conveyor-operator-a"
+	replicaB = "conveyor-operator-b"
+	replicaC = "conveyor-operator-c"
+)
 
 // analyse reads the audit log: who wrote when, and whether any replica wrote while another held
 // the lease. A replica holds the lease from its first write to the Lease (its acquisition: a
 // standby never writes the Lease while it is held) until the next replica's acquisition.
-func analyse(res *FailoverResult, auditLog string) error {
-	writes, err := ReadWrites(auditLog, "conveyor-operator-")
+func analyse(res *FailoverResult, auditLog, ns string) error {
+	all, err := ReadWrites(auditLog, "conveyor-operator-")
 	if err != nil {
 		return err
 	}
-	acquired := map[string]time.Time{}
-	first := map[string]time.Time{}
-	count := map[string]int{}
+	var writes []Write
+	for _, w := range all {
+		if w.Namespace == ns {
+			writes = append(writes, w)
+		}
+	}
+	acquired, first, count := firsts(writes)
+	for _, r := range []string{replicaA, replicaB, replicaC} {
+		if acquired[r].IsZero() || first[r].IsZero() {
+			return fmt.Errorf("the audit log shows no Lease acquisition or no write of %s (acquired %v, first write %v)", r, acquired[r], first[r])
+		}
+	}
+	res.WritesA, res.WritesB = count[replicaA], count[replicaB]
+	res.KillToAcquire = acquired[replicaB].Sub(res.Killed)
+	res.KillToWrite = first[replicaB].Sub(res.Killed)
+	res.StopToAcquire = acquired[replicaC].Sub(res.Stopped)
+	res.StopToWrite = first[replicaC].Sub(res.Stopped)
+	// The windows: a from its acquisition until b's, b until c's, c on.
+	window := map[string][2]time.Time{
+		replicaA: {acquired[replicaA], acquired[replicaB]},
+		replicaB: {acquired[replicaB], acquired[replicaC]},
+		replicaC: {acquired[replicaC], time.Now().Add(time.Hour)},
+	}
+	for _, w := range writes {
+		win := window[w.Client]
+		if w.IsLease() {
+			// The holder renews its Lease within its window; a successful write to it after the
+			// window is a renewal by a replica that lost it.
+			if w.Received.After(win[1]) && w.Code < 300 {
+				res.Overlaps = append(res.Overlaps, "Lease written by a replica that no longer held it: "+w.String())
+			}
+			continue
+		}
+		if w.Received.Before(win[0]) || w.Received.After(win[1]) {
+			res.Overlaps = append(res.Overlaps, "write outside its replica's window: "+w.String())
+			if w.Client == replicaB {
+				res.WritesBAfter = append(res.WritesBAfter, w)
+			}
+		}
+		if w.Client == replicaA && w.Received.After(res.LastWriteOfA) {
+			res.LastWriteOfA = w.Received
+		}
+	}
+	return nil
+}
+
+// firsts returns, per replica, when it first wrote the Lease successfully (its acquisition), when
+// it first wrote anything else, and how many other writes it sent.
+func firsts(writes []Write) (acquired, first map[string]time.Time, count map[string]int) {
+	acquired, first, count = map[string]time.Time{}, map[string]time.Time{}, map[string]int{}
 	for _, w := range writes {
 		if w.IsLease() {
 			if _, ok := acquired[w.Client]; !ok && w.Code < 300 && w.Name == leaseName {
@@ -293,42 +367,5 @@ func analyse(res *FailoverResult, auditLog string) error {
 		}
 		count[w.Client]++
 	}
-	const a, b, c = "conveyor-operator-a", "conveyor-operator-b", "conveyor-operator-c"
-	for _, r := range []string{a, b, c} {
-		if acquired[r].IsZero() || first[r].IsZero() {
-			return fmt.Errorf("the audit log shows no Lease acquisition or no write of %s (acquired %v, first write %v)", r, acquired[r], first[r])
-		}
-	}
-	res.WritesA, res.WritesB = count[a], count[b]
-	res.KillToAcquire = acquired[b].Sub(res.Killed)
-	res.KillToWrite = first[b].Sub(res.Killed)
-	res.StopToAcquire = acquired[c].Sub(res.Stopped)
-	res.StopToWrite = first[c].Sub(res.Stopped)
-	// The windows: a from its acquisition until b's, b until c's, c on.
-	window := map[string][2]time.Time{
-		a: {acquired[a], acquired[b]},
-		b: {acquired[b], acquired[c]},
-		c: {acquired[c], time.Now().Add(time.Hour)},
-	}
-	for _, w := range writes {
-		win := window[w.Client]
-		if w.IsLease() && w.Name == leaseName {
-			// The holder renews its Lease within its window; a write to it after the window is a
-			// renewal by a replica that lost it, unless the API server refused it.
-			if w.Received.After(win[1]) && w.Code < 300 {
-				res.Overlaps = append(res.Overlaps, "Lease written by a replica that no longer held it: "+w.String())
-			}
-			continue
-		}
-		if w.Received.Before(win[0]) || w.Received.After(win[1]) {
-			res.Overlaps = append(res.Overlaps, "write outside its replica's window: "+w.String())
-			if w.Client == b {
-				res.WritesBAfter = append(res.WritesBAfter, w)
-			}
-		}
-		if w.Client == a && w.Received.After(res.LastWriteOfA) {
-			res.LastWriteOfA = w.Received
-		}
-	}
-	return nil
+	return acquired, first, count
 }

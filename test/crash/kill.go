@@ -99,105 +99,123 @@ func RunKills(ctx context.Context, c client.Client, ch *Checker, scenarios []Sce
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
-	rep := &KillReport{Seed: opts.Seed}
-	logPath := filepath.Join(opts.LogDir, "operator.log")
-	runs := 0
-	var op *Proc
-	start := func() error {
-		runs++
-		var err error
-		op, err = StartProc(fmt.Sprintf("operator run %d", runs), opts.Bin, operatorArgs(opts.Kubeconfig), logPath)
-		return err
+	k := &killer{
+		c: c, ch: ch, opts: opts, rep: &KillReport{Seed: opts.Seed},
+		rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	defer func() {
-		if op != nil {
-			op.Kill()
+		if k.op != nil {
+			k.op.Kill()
 		}
 	}()
-
 	for i, sc := range scenarios {
+		e := &Env{C: c, Checker: ch, NS: fmt.Sprintf("crash-%d-%d", opts.Seed%1000, i), Rng: k.rng, Logf: opts.Logf}
 		res := ScenarioResult{Name: sc.Name}
-		e := &Env{C: c, Checker: ch, NS: fmt.Sprintf("crash-%d-%d", opts.Seed%1000, i), Rng: rng, Logf: opts.Logf}
-		res.Err = func() error {
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}); err != nil {
-				return err
-			}
-			if op == nil {
-				if err := start(); err != nil {
-					return err
-				}
-			}
-			if err := sc.Setup(ctx, e); err != nil {
-				return fmt.Errorf("setup: %w", err)
-			}
-			if err := cluster.Poll(ctx, opts.Timeout, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
-				err := sc.Prepared(ctx, e)
-				return err == nil, err
-			}); err != nil {
-				return fmt.Errorf("prepared: %w", err)
-			}
-			for step, do := range sc.Steps {
-				// One step in three is written while the operator is down, so it finds it at start-up.
-				before := rng.IntN(3) == 0
-				if before {
-					if err := do(ctx, e); err != nil {
-						return fmt.Errorf("step %d: %w", step, err)
-					}
-				}
-				if op == nil {
-					if err := start(); err != nil {
-						return err
-					}
-				}
-				if !before {
-					if err := do(ctx, e); err != nil {
-						return fmt.Errorf("step %d: %w", step, err)
-					}
-				}
-				wrote := time.Now()
-				wait := time.Duration(rng.Int64N(int64(opts.MaxUptime)))
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-op.Exited():
-					return fmt.Errorf("%s exited by itself (%v): %s", op.Name, op.ExitErr(), op.Tail(20))
-				}
-				op.Kill()
-				k := Kill{Scenario: sc.Name, Step: step, Uptime: time.Since(op.Started()), After: time.Since(wrote)}
-				rep.Kills = append(rep.Kills, k)
-				res.Kills++
-				opts.Logf("kill %d (%s, step %d): SIGKILL after %.2fs of uptime, %.2fs after the step's write",
-					len(rep.Kills), sc.Name, step, k.Uptime.Seconds(), k.After.Seconds())
-				op = nil
-			}
-			if err := start(); err != nil {
-				return err
-			}
-			restarted := time.Now()
-			err := cluster.Poll(ctx, opts.Timeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
-				if err := sc.Converged(ctx, e); err != nil {
-					return false, err
-				}
-				return true, nil
-			})
-			res.Converged = time.Since(restarted)
-			if err != nil {
-				return fmt.Errorf("converged: %w", err)
-			}
-			opts.Logf("%s: converged %.2fs after the last restart", sc.Name, res.Converged.Seconds())
-			return nil
-		}()
+		res.Err = k.runScenario(ctx, e, sc, &res)
 		if res.Err != nil {
 			opts.Logf("%s: %v", sc.Name, res.Err)
 		}
-		rep.Scenarios = append(rep.Scenarios, res)
+		k.rep.Scenarios = append(k.rep.Scenarios, res)
 		cleanup(ctx, c, e, sc)
 	}
-	rep.Events = ch.Events()
-	rep.Violations, rep.First = ch.Violations()
-	return rep
+	k.rep.Events = ch.Events()
+	k.rep.Violations, k.rep.First = ch.Violations()
+	return k.rep
+}
+
+// killer is the state of RunKills: the operator process running, if any, and the report.
+type killer struct {
+	c    client.Client
+	ch   *Checker
+	opts KillOptions
+	rng  *rand.Rand
+	rep  *KillReport
+	op   *Proc
+	runs int
+}
+
+// start starts the operator when it is not running.
+func (k *killer) start() error {
+	if k.op != nil {
+		return nil
+	}
+	k.runs++
+	op, err := StartProc(fmt.Sprintf("operator run %d", k.runs), k.opts.Bin, operatorArgs(k.opts.Kubeconfig), filepath.Join(k.opts.LogDir, "operator.log"))
+	k.op = op
+	return err
+}
+
+func (k *killer) runScenario(ctx context.Context, e *Env, sc Scenario, res *ScenarioResult) error {
+	if err := k.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}); err != nil {
+		return err
+	}
+	if err := k.start(); err != nil {
+		return err
+	}
+	if err := sc.Setup(ctx, e); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if err := cluster.Poll(ctx, k.opts.Timeout, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := sc.Prepared(ctx, e)
+		return err == nil, err
+	}); err != nil {
+		return fmt.Errorf("prepared: %w", err)
+	}
+	for step, do := range sc.Steps {
+		if err := k.killDuring(ctx, e, sc.Name, step, do); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		res.Kills++
+	}
+	if err := k.start(); err != nil {
+		return err
+	}
+	restarted := time.Now()
+	err := cluster.Poll(ctx, k.opts.Timeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := sc.Converged(ctx, e)
+		return err == nil, err
+	})
+	res.Converged = time.Since(restarted)
+	if err != nil {
+		return fmt.Errorf("converged: %w", err)
+	}
+	k.opts.Logf("%s: converged %.2fs after the last restart", sc.Name, res.Converged.Seconds())
+	return nil
+}
+
+// killDuring writes a step (one time in three while the operator is down, so it finds the step
+// at start-up) and SIGKILLs the operator at a random moment up to MaxUptime after the write.
+func (k *killer) killDuring(ctx context.Context, e *Env, scenario string, step int, do func(context.Context, *Env) error) error {
+	before := k.rng.IntN(3) == 0
+	if before {
+		if err := do(ctx, e); err != nil {
+			return err
+		}
+	}
+	if err := k.start(); err != nil {
+		return err
+	}
+	if !before {
+		if err := do(ctx, e); err != nil {
+			return err
+		}
+	}
+	wrote := time.Now()
+	wait := time.Duration(k.rng.Int64N(int64(k.opts.MaxUptime)))
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-k.op.Exited():
+		return fmt.Errorf("%s exited by itself (%w): %s", k.op.Name, k.op.ExitErr(), k.op.Tail(20))
+	}
+	k.op.Kill()
+	kill := Kill{Scenario: scenario, Step: step, Uptime: time.Since(k.op.Started()), After: time.Since(wrote)}
+	k.op = nil
+	k.rep.Kills = append(k.rep.Kills, kill)
+	k.opts.Logf("kill %d (%s, step %d): SIGKILL after %.2fs of uptime, %.2fs after the step's write",
+		len(k.rep.Kills), scenario, step, kill.Uptime.Seconds(), kill.After.Seconds())
+	return nil
 }
 
 // cleanup deletes the scenario's namespace and volumes, without waiting.

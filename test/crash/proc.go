@@ -142,7 +142,7 @@ func (p *Proc) WaitLine(ctx context.Context, subs ...string) (string, error) {
 			if seen < n {
 				continue
 			}
-			return "", fmt.Errorf("%s exited (%v) before logging %q: %s", p.Name, p.exitErr, subs, p.Tail(15))
+			return "", fmt.Errorf("%s exited (%w) before logging %q: %s", p.Name, p.exitErr, subs, p.Tail(15))
 		case <-ctx.Done():
 			return "", fmt.Errorf("%s did not log %q: %w", p.Name, subs, ctx.Err())
 		}
