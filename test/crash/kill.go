@@ -171,8 +171,13 @@ func (k *killer) runScenario(ctx context.Context, e *Env, sc Scenario, res *Scen
 		return err
 	}
 	restarted := time.Now()
+	lastLog := restarted
 	err := cluster.Poll(ctx, k.opts.Timeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 		err := sc.Converged(ctx, e)
+		if err != nil && time.Since(lastLog) > 20*time.Second {
+			lastLog = time.Now()
+			k.opts.Logf("%s: not converged %.0fs after the last restart: %v", sc.Name, time.Since(restarted).Seconds(), err)
+		}
 		return err == nil, err
 	})
 	res.Converged = time.Since(restarted)

@@ -12,6 +12,7 @@ import (
 // the lease, and the stopped leader wrote nothing after it lost the lease; from the watch: no
 // worker was ever over capacity.
 func TestLeaderFailover(t *testing.T) {
+	t.Parallel() // on its own namespaces; overlapping the waits keeps the suite short
 	ch, err := crash.NewChecker(t.Context(), env.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

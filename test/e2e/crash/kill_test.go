@@ -11,6 +11,7 @@ import (
 // Retain claims, a rolling update, a scale-down with drains and the placement of 200 pipelines,
 // and checks every event throughout and convergence after each scenario's last restart.
 func TestKill9(t *testing.T) {
+	t.Parallel() // on its own namespaces; overlapping the waits keeps the suite short
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
