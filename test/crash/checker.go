@@ -62,7 +62,8 @@ type bindingLoad struct {
 func NewChecker(ctx context.Context, rc *rest.Config) (*Checker, error) {
 	cluster.QuietLogs()
 	ctx, cancel := context.WithCancel(ctx)
-	ch := &Checker{ns: map[string]*nsState{}, done: map[string]bool{}, cancel: cancel, started: time.Now()}
+	ch := newChecker()
+	ch.cancel = cancel
 	ca, err := cache.New(rc, cache.Options{Scheme: cluster.Scheme()})
 	if err != nil {
 		cancel()
@@ -92,6 +93,10 @@ func NewChecker(ctx context.Context, rc *rest.Config) (*Checker, error) {
 		return nil, fmt.Errorf("the checker's watches did not sync")
 	}
 	return ch, nil
+}
+
+func newChecker() *Checker {
+	return &Checker{ns: map[string]*nsState{}, done: map[string]bool{}, cancel: func() {}, started: time.Now()}
 }
 
 // Stop ends the watches.
