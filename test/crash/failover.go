@@ -44,6 +44,7 @@ type FailoverResult struct {
 	KillToAcquire time.Duration // until b's first write to the Lease
 	KillToWrite   time.Duration // until b's first other write
 	LastWriteOfA  time.Time
+	AtKill        string // how far the placement was when a was killed
 	WritesA       int
 	WritesB       int
 	// SIGSTOP of the leader "b" during placement past its lease; "c" takes over; SIGCONT b.
@@ -51,6 +52,7 @@ type FailoverResult struct {
 	StopToAcquire time.Duration // until c's first write to the Lease
 	StopToWrite   time.Duration // until c's first other write
 	Continued     time.Time
+	AtStop        string        // how far the placement was when b was stopped
 	ExitAfterCont time.Duration // until b exited after SIGCONT
 	ExitLine      string        // what b logged about it
 	WritesBAfter  []Write       // writes b made after c took over: must be none
@@ -60,11 +62,11 @@ type FailoverResult struct {
 
 // Summary formats the result.
 func (r *FailoverResult) Summary() string {
-	return fmt.Sprintf("SIGKILL of the leader: new leader's Lease write after %.2fs, first write after %.2fs (%d writes by a, %d by b)\n"+
-		"SIGSTOP of the leader for %.1fs: new leader's Lease write after %.2fs, first write after %.2fs; after SIGCONT the old leader exited in %.2fs (%q) and made %d writes after the new leader took over\n"+
+	return fmt.Sprintf("SIGKILL of the leader (%s): new leader's Lease write after %.2fs, first write after %.2fs (%d writes by a, %d by b)\n"+
+		"SIGSTOP of the leader (%s) for %.1fs: new leader's Lease write after %.2fs, first write after %.2fs; after SIGCONT the old leader exited in %.2fs (%q) and made %d writes after the new leader took over\n"+
 		"writes of one replica while another led: %d",
-		r.KillToAcquire.Seconds(), r.KillToWrite.Seconds(), r.WritesA, r.WritesB,
-		r.Continued.Sub(r.Stopped).Seconds(), r.StopToAcquire.Seconds(), r.StopToWrite.Seconds(), r.ExitAfterCont.Seconds(), r.ExitLine, len(r.WritesBAfter),
+		r.AtKill, r.KillToAcquire.Seconds(), r.KillToWrite.Seconds(), r.WritesA, r.WritesB,
+		r.AtStop, r.Continued.Sub(r.Stopped).Seconds(), r.StopToAcquire.Seconds(), r.StopToWrite.Seconds(), r.ExitAfterCont.Seconds(), r.ExitLine, len(r.WritesBAfter),
 		len(r.Overlaps))
 }
 
@@ -208,24 +210,30 @@ func (f *failover) workers(ctx context.Context) error {
 	})
 }
 
-// place creates n more pipelines and waits until some of them are Ready: the placement is under
-// way.
-func (f *failover) place(ctx context.Context, n int) error {
+// create creates n more pipelines.
+func (f *failover) create(ctx context.Context, n int) error {
 	var objs []client.Object
 	for i := f.made; i < f.made+n; i++ {
 		objs = append(objs, fixtures.MakePipeline(f.e.NS, fmt.Sprintf("f-%04d", i)).Load(failoverLoad).Chain(failoverClasses...).Obj())
 	}
-	if err := createAll(ctx, f.e, objs); err != nil {
-		return err
-	}
-	want := f.made + n/4
 	f.made += n
-	return f.wait(ctx, "a quarter of the new pipelines Ready", func(ctx context.Context) error {
+	return createAll(ctx, f.e, objs)
+}
+
+// place creates n more pipelines and waits until a quarter of them are Ready: the placement is
+// under way. It returns how many pipelines are Ready and how many exist.
+func (f *failover) place(ctx context.Context, n int) (string, error) {
+	want := f.made + n/4
+	if err := f.create(ctx, n); err != nil {
+		return "", err
+	}
+	var ready int
+	err := f.wait(ctx, "a quarter of the new pipelines Ready", func(ctx context.Context) error {
 		list := &schedulingv1alpha1.PipelineList{}
 		if err := f.c.List(ctx, list, client.InNamespace(f.e.NS)); err != nil {
 			return err
 		}
-		ready := 0
+		ready = 0
 		for _, p := range list.Items {
 			if p.Status.Phase == schedulingv1alpha1.PipelineReady {
 				ready++
@@ -236,17 +244,25 @@ func (f *failover) place(ctx context.Context, n int) error {
 		}
 		return nil
 	})
+	return fmt.Sprintf("%d of %d pipelines Ready", ready, f.made), err
 }
 
 // killLeader SIGKILLs the leader a in the middle of a placement and waits until b has taken over
 // and placed everything.
 func (f *failover) killLeader(ctx, waitCtx context.Context, a, b *Proc) error {
-	if err := f.place(ctx, f.opts.KillPipelines); err != nil {
+	// Half the pipelines before the signal, so it lands in a placement; half after, so the new
+	// leader has writes to make whatever the old one finished.
+	progress, err := f.place(ctx, f.opts.KillPipelines/2)
+	if err != nil {
 		return err
 	}
 	f.res.Killed = time.Now()
 	a.Kill()
-	f.opts.Logf("SIGKILLed the leader a (pid %d)", a.Pid())
+	f.res.AtKill = progress
+	f.opts.Logf("SIGKILLed the leader a (pid %d), %s", a.Pid(), progress)
+	if err := f.create(ctx, f.opts.KillPipelines-f.opts.KillPipelines/2); err != nil {
+		return err
+	}
 	if _, err := b.WaitLine(waitCtx, acquiredLine); err != nil {
 		return err
 	}
@@ -256,14 +272,19 @@ func (f *failover) killLeader(ctx, waitCtx context.Context, a, b *Proc) error {
 // stopLeader SIGSTOPs the leader b in the middle of a placement, waits until c has taken over,
 // then SIGCONTs b and waits until it exits and c has placed everything.
 func (f *failover) stopLeader(ctx, waitCtx context.Context, b, c *Proc) error {
-	if err := f.place(ctx, f.opts.StopPipelines); err != nil {
+	progress, err := f.place(ctx, f.opts.StopPipelines/2)
+	if err != nil {
 		return err
 	}
 	f.res.Stopped = time.Now()
 	if err := b.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	f.opts.Logf("SIGSTOPped the leader b (pid %d)", b.Pid())
+	f.res.AtStop = progress
+	f.opts.Logf("SIGSTOPped the leader b (pid %d), %s", b.Pid(), progress)
+	if err := f.create(ctx, f.opts.StopPipelines-f.opts.StopPipelines/2); err != nil {
+		return err
+	}
 	if _, err := c.WaitLine(waitCtx, acquiredLine); err != nil {
 		return err
 	}
