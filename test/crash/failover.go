@@ -23,7 +23,7 @@ type FailoverOptions struct {
 	// Bin is the operator binary; Kubeconfig the cluster's; AuditLog the API server's audit log
 	// written with AuditPolicy.
 	Bin, Kubeconfig, AuditLog string
-	// LogDir receives the replicas' logs and the links that name them.
+	// LogDir receives the replicas' logs. The links that name the replicas are made beside Bin.
 	LogDir string
 	// Namespace is created for the run; it also holds the Lease.
 	Namespace string
@@ -88,7 +88,7 @@ func replicaArgs(kubeconfig, ns string) []string {
 // startReplica starts the operator through a link named conveyor-operator-<name>, so its user
 // agent, and so the audit log, names it.
 func startReplica(opts FailoverOptions, name string) (*Proc, error) {
-	link := filepath.Join(opts.LogDir, "conveyor-operator-"+name)
+	link := filepath.Join(filepath.Dir(opts.Bin), "conveyor-operator-"+name) // beside the binary, out of the log directory
 	if err := os.Symlink(opts.Bin, link); err != nil && !os.IsExist(err) {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	defer ch.Stop()
 	res, err := crash.RunFailover(t.Context(), env.Client(), ch, crash.FailoverOptions{
-		Bin: operatorBin, Kubeconfig: env.Kubeconfig(), AuditLog: auditLog, LogDir: t.TempDir(),
+		Bin: operatorBin, Kubeconfig: env.Kubeconfig(), AuditLog: auditLog, LogDir: logDir(t),
 		Namespace: "failover", KillPipelines: 60, StopPipelines: 40, Logf: t.Logf,
 	})
 	if err != nil {

@@ -23,7 +23,7 @@ func TestKill9(t *testing.T) {
 	}
 	defer ch.Stop()
 	rep := crash.RunKills(t.Context(), env.Client(), ch, crash.Scenarios(200), crash.KillOptions{
-		Bin: operatorBin, Kubeconfig: env.Kubeconfig(), LogDir: t.TempDir(), Seed: seed, Logf: t.Logf,
+		Bin: operatorBin, Kubeconfig: env.Kubeconfig(), LogDir: logDir(t), Seed: seed, Logf: t.Logf,
 	})
 	t.Log(rep.Summary())
 	if len(rep.Kills) < 20 {

@@ -54,3 +54,22 @@ func TestMain(m *testing.M) {
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// logDir is a temporary directory for the operator logs of a test; when the test fails they are
+// copied to $CONVEYOR_ARTIFACTS/<test>, like the cluster's component logs.
+func logDir(t *testing.T) string {
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		artifacts := os.Getenv(cluster.EnvArtifacts)
+		if !t.Failed() || artifacts == "" {
+			return
+		}
+		to := filepath.Join(artifacts, t.Name())
+		if err := os.CopyFS(to, os.DirFS(dir)); err != nil {
+			t.Logf("saving the operator logs: %v", err)
+			return
+		}
+		t.Logf("operator logs saved to %s", to)
+	})
+	return dir
+}
