@@ -3,6 +3,7 @@ package operator
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -123,7 +124,36 @@ func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.R
 	if ok, why := f.Held(); !ok {
 		return nil, fmt.Errorf("write fence: %s %s refused: %s", req.Method, req.URL.Path, why)
 	}
+	if req.Body != nil && req.Body != http.NoBody {
+		// A pause can also fall between the check above and the request leaving the process.
+		// The transport reads the body as it sends it: the fence is checked again on every read,
+		// so a request resumed after the lease ran out fails before its body ends, and the API
+		// server, which sees the stream reset, applies nothing.
+		req = req.Clone(req.Context())
+		req.Body = &fencedBody{ReadCloser: req.Body, f: f, what: req.Method + " " + req.URL.Path}
+	}
 	return rt.RoundTrip(req)
+}
+
+// fencedBody fails a read once the fence is closed.
+type fencedBody struct {
+	io.ReadCloser
+	f    *LeaseFence
+	what string
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if ok, why := b.f.Held(); !ok {
+		return 0, fmt.Errorf("write fence: %s stopped in flight: %s", b.what, why)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		// The last chance before the transport ends the stream.
+		if ok, why := b.f.Held(); !ok {
+			return n, fmt.Errorf("write fence: %s stopped in flight: %s", b.what, why)
+		}
+	}
+	return n, err
 }
 
 // observeLease reads a Lease write's response: a success naming a holder is a renewal sent at

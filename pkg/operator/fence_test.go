@@ -111,3 +111,45 @@ func TestResourceOf(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseFenceInFlight: a write that passed the fence while the Lease was held, and whose body
+// the transport reads only after the lease ran out (the process was paused in between), fails
+// before its body ends.
+func TestLeaseFenceInFlight(t *testing.T) {
+	start := time.Unix(1000, 0)
+	now := start
+	f := &LeaseFence{LeaseName: "l", Now: func() time.Time { return now }}
+	var readErr error
+	var read []byte
+	rt := f.Wrap(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l" {
+			h := http.Header{}
+			h.Set("Content-Type", "application/json")
+			return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(leaseBody("l", "me")))}, nil
+		}
+		now = start.Add(30 * time.Second) // the pause, after the check, before the body is sent
+		read, readErr = io.ReadAll(r.Body)
+		return nil, readErr
+	}))
+	if _, err := rt.RoundTrip(httptest.NewRequest(http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", nil)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rt.RoundTrip(httptest.NewRequest(http.MethodPatch, podPath, strings.NewReader(`{"metadata":{}}`)))
+	if err == nil || !strings.Contains(err.Error(), "stopped in flight") || len(read) != 0 {
+		t.Fatalf("the paused write read %q and returned %v, want nothing read and the fence's error", read, err)
+	}
+
+	// Within the lease the body goes through whole.
+	now = start
+	if _, err := rt.RoundTrip(httptest.NewRequest(http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	rt2 := f.Wrap(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		got, _ = io.ReadAll(r.Body)
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+	}))
+	if _, err := rt2.RoundTrip(httptest.NewRequest(http.MethodPatch, podPath, strings.NewReader(`{"metadata":{}}`))); err != nil || string(got) != `{"metadata":{}}` {
+		t.Fatalf("a write within the lease sent %q, err %v", got, err)
+	}
+}

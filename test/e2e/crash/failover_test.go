@@ -32,6 +32,9 @@ func TestLeaderFailover(t *testing.T) {
 	for _, o := range res.Overlaps {
 		t.Errorf("%s", o)
 	}
+	for _, w := range res.Refused {
+		t.Logf("refused by the API server, outside its replica's window: %s", w)
+	}
 	if n, first := ch.Violations(); n > 0 {
 		t.Errorf("%d invariant violations, first: %v", n, first)
 	}
