@@ -45,6 +45,7 @@ type options struct {
 	customMetricsPort       int
 	customMetricsAddress    string
 	customMetricsCertDir    string
+	memoryLimitRatio        float64
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.StringVar(&opts.customMetricsAddress, "custom-metrics-bind-address", "0.0.0.0", "Address the custom metrics API server binds to.")
 	flag.StringVar(&opts.customMetricsCertDir, "custom-metrics-cert-dir", "", "Directory with tls.crt and tls.key for the custom metrics API; empty generates a self-signed pair (tests only).")
 	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", pipeline.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
+	flag.Float64Var(&opts.memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit of the Go runtime as a fraction of the container's memory limit (cgroup), unless GOMEMLIMIT is set; 0 disables it.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	logConfig := textlogger.NewConfig()
 	logConfig.AddFlags(klogFlags)
@@ -74,6 +76,9 @@ func main() {
 	logger := textlogger.NewLogger(logConfig)
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
+	if limit := setMemoryLimit(opts.memoryLimitRatio, cgroupMemoryFiles); limit > 0 {
+		logger.Info("Set the Go runtime's soft memory limit from the container's", "bytes", limit, "ratio", opts.memoryLimitRatio)
+	}
 	if err := run(opts); err != nil {
 		logger.Error(err, "Operator stopped")
 		os.Exit(1)
@@ -125,9 +130,9 @@ func run(opts options) error {
 	if opts.secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, operator.ManagerOptions(ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         operator.CacheOptions(cacheOpts),
+		Cache:                         cacheOpts,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.probeAddr,
 		PprofBindAddress:              opts.pprofAddr,
@@ -138,7 +143,7 @@ func run(opts options) error {
 		LeaseDuration:                 ptr.To(operator.LeaseDuration),
 		RenewDeadline:                 ptr.To(operator.RenewDeadline),
 		RetryPeriod:                   ptr.To(operator.RetryPeriod),
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}

@@ -43,12 +43,13 @@ func (d *demo) startConveyor(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register the custom metrics API: %w", err)
 	}
-	mgr, err := ctrl.NewManager(d.cluster.RESTConfig(), ctrl.Options{
+	mgr, err := ctrl.NewManager(d.cluster.RESTConfig(), operator.ManagerOptions(ctrl.Options{
 		Scheme:                 cluster.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  operator.CacheOptions(cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}),
-	})
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+	}))
+
 	if err != nil {
 		return err
 	}

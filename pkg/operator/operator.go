@@ -48,30 +48,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
-	if err := pipeline.SetupIndexes(ctx, mgr); err != nil {
+	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace})
+	if err != nil {
 		return err
-	}
-	alloc := pipeline.NewAllocator(nil)
-	if err := pipeline.RegisterAllocator(ctx, mgr, alloc); err != nil {
-		return err
-	}
-	if err := (&pipeline.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.PipelineConcurrency,
-		Allocator: alloc, APIReader: mgr.GetAPIReader(),
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up pipeline controller: %w", err)
-	}
-	if err := (&pipeline.BindingReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
-		MaxConcurrentReconciles: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up pipelinebinding controller: %w", err)
-	}
-	if err := (&pipeline.WorkerClassReconciler{Client: mgr.GetClient(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up workerclass controller: %w", err)
-	}
-	if err := (&pipeline.HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up worker hold controller: %w", err)
 	}
 	if opts.CustomMetrics != nil {
 		server, err := custommetrics.NewServer(*opts.CustomMetrics, mgr.GetCache(), alloc)

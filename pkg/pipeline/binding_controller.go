@@ -83,15 +83,10 @@ func sliceToBinding(_ context.Context, o client.Object) []reconcile.Request {
 // podToBindings: the bindings on a Pod, or still served by it.
 func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) []reconcile.Request {
 	var out []reconcile.Request
-	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
-		list := &schedulingv1alpha1.PipelineBindingList{}
-		if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
-			continue
-		}
-		for i := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
+	_ = visitBindingsOnPod(ctx, r, o.GetNamespace(), o.GetName(), func(b *schedulingv1alpha1.PipelineBinding) bool {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		return true
+	})
 	return out
 }
 
@@ -113,18 +108,15 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: raceRequeue}, nil
 	}
 
-	var pod *corev1.Pod
+	var pod *corev1.Pod // read only, shared with the cache
 	if b.Spec.Pod != "" {
-		pod = &corev1.Pod{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pod}, pod); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, err
-			}
-			pod = nil
+		var err error
+		if pod, err = cachedPod(ctx, r, b.Namespace, b.Spec.Pod); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingFields{sliceServiceIndex: b.Name}); err != nil {
+	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingFields{sliceServiceIndex: b.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
 	}
 	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), svc, r.Now(), r.DeadEndGrace)

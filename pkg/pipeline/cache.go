@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,7 +20,8 @@ import (
 //   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
-//     its slices).
+//     its slices), trimmed to what the controllers read (trimService, trimEndpointSlice), and
+//     ConfigMap values held as digests (digestConfigMap).
 //
 // An object outside the cache that stands in the way of one the operator would create (a Service
 // or routes ConfigMap of the same name) is found with one read past the cache when the create
@@ -34,9 +38,85 @@ func CacheOptions(base cache.Options) cache.Options {
 		base.ByObject = map[client.Object]cache.ByObject{}
 	}
 	base.ByObject[&corev1.Pod{}] = cache.ByObject{Label: exists(appsv1alpha1.WorkerSetLabel)}
-	for _, o := range []client.Object{&corev1.Service{}, &corev1.ConfigMap{}, &discoveryv1.EndpointSlice{}} {
-		base.ByObject[o] = cache.ByObject{Label: exists(schedulingv1alpha1.PipelineLabel)}
-	}
+	pipelines := exists(schedulingv1alpha1.PipelineLabel)
+	base.ByObject[&corev1.Service{}] = cache.ByObject{Label: pipelines, Transform: trimService}
+	base.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Label: pipelines, Transform: digestConfigMap}
+	base.ByObject[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: pipelines, Transform: trimEndpointSlice}
 	base.DefaultTransform = cache.TransformStripManagedFields()
 	return base
+}
+
+// The transforms below keep, of the objects a pipeline has three or more of, only what the
+// controllers read: at thousands of pipelines these caches were most of the operator's memory
+// (docs/benchmarks.md, "Memory"). Each also strips managedFields, since a per-object transform
+// replaces the default one. A controller that writes one of these objects patches it from the
+// trimmed copy, and a merge patch between two trimmed copies never touches a field both lack.
+
+// trimService keeps what the binding controller reads of a Service: its metadata without
+// annotations, and the type, clusterIP, selector and ports of its spec (serviceDrift, isHeadless).
+func trimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	svc.ManagedFields = nil
+	svc.Annotations = nil
+	svc.Spec = corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports}
+	svc.Status = corev1.ServiceStatus{}
+	return svc, nil
+}
+
+// trimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name
+// label, and each endpoint's conditions and target Pod.
+func trimEndpointSlice(obj any) (any, error) {
+	slice, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	slice.ManagedFields = nil
+	slice.Annotations = nil
+	slice.OwnerReferences = nil
+	slice.GenerateName = ""
+	if svc, ok := slice.Labels[discoveryv1.LabelServiceName]; ok {
+		slice.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
+	} else {
+		slice.Labels = nil
+	}
+	slice.Ports = nil
+	for i := range slice.Endpoints {
+		ep := discoveryv1.Endpoint{Conditions: slice.Endpoints[i].Conditions}
+		if ref := slice.Endpoints[i].TargetRef; ref != nil {
+			ep.TargetRef = &corev1.ObjectReference{Kind: ref.Kind, Name: ref.Name, UID: ref.UID}
+		}
+		slice.Endpoints[i] = ep
+	}
+	return slice, nil
+}
+
+// digestConfigMap replaces each value of a pipeline's ConfigMap with its digest (dataDigest):
+// syncRoutes only compares the routes document it would write with the one there, and a digest
+// says as much as the document.
+func digestConfigMap(obj any) (any, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return obj, nil
+	}
+	cm.ManagedFields = nil
+	for k, v := range cm.Data {
+		cm.Data[k] = dataDigest(v)
+	}
+	cm.BinaryData = nil
+	return cm, nil
+}
+
+// dataDigest is how a cached ConfigMap of a pipeline holds a value (digestConfigMap).
+func dataDigest(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// holdsData says whether a ConfigMap value read from the cache (a digest) or past it (the value)
+// is want.
+func holdsData(read, want string) bool {
+	return read == want || read == dataDigest(want)
 }

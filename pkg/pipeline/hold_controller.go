@@ -82,16 +82,10 @@ func (r *HoldReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 func (r *HoldReconciler) carriesBindings(ctx context.Context, pod *corev1.Pod) (bool, error) {
-	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
-		list := &schedulingv1alpha1.PipelineBindingList{}
-		if err := r.List(ctx, list, client.InNamespace(pod.Namespace), client.MatchingFields{index: pod.Name}); err != nil {
-			return false, fmt.Errorf("list bindings on pod %s: %w", pod.Name, err)
-		}
-		for _, b := range list.Items {
-			if b.DeletionTimestamp == nil {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
+	held := false
+	err := visitBindingsOnPod(ctx, r, pod.Namespace, pod.Name, func(b *schedulingv1alpha1.PipelineBinding) bool {
+		held = b.DeletionTimestamp == nil
+		return !held
+	})
+	return held, err
 }

@@ -22,6 +22,7 @@ const (
 	bindingPipelineIndex = ".spec.pipeline"
 	pipelineClassIndex   = ".spec.workers.class"
 	sliceServiceIndex    = "metadata.labels.service-name"
+	podNameIndex         = "metadata.name"
 )
 
 // cacheIndexes are the field indexes of this package's controllers: the object they index and the
@@ -52,6 +53,8 @@ func cacheIndexes() []struct {
 		// A label selector list scans every slice of the namespace; the index finds a Service's
 		// slices directly.
 		{sliceServiceIndex, &discoveryv1.EndpointSlice{}, func(o client.Object) []string { return one(o.GetLabels()[discoveryv1.LabelServiceName]) }},
+		// A Get copies the whole Pod; a List through this index can read it in place.
+		{podNameIndex, &corev1.Pod{}, func(o client.Object) []string { return one(o.GetName()) }},
 		{pipelineClassIndex, &schedulingv1alpha1.Pipeline{}, func(o client.Object) []string {
 			return stageClasses(o.(*schedulingv1alpha1.Pipeline))
 		}},
@@ -108,4 +111,36 @@ func workerSetName(wc *schedulingv1alpha1.WorkerClass) string {
 // bindingName is the name of a stage's binding, its Service and its key in routes: <pipeline>-<stage>.
 func bindingName(pipeline, stage string) string {
 	return pipeline + "-" + stage
+}
+
+// cachedPod reads a Pod from the cache in place, through the name index, without the copy a Get
+// makes: the result is shared with the cache and must not be modified. It returns nil when the
+// cache has no such Pod.
+func cachedPod(ctx context.Context, c client.Reader, namespace, name string) (*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingFields{podNameIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("read pod %s: %w", name, err)
+	}
+	if len(pods.Items) != 1 {
+		return nil, nil
+	}
+	return &pods.Items[0], nil
+}
+
+// visitBindingsOnPod calls visit, until it returns false, with every binding on the Pod or still
+// served by it. The bindings are the cache's own, not copies: visit must not modify them. A worker
+// carries up to its capacity of bindings, and this runs on every event of the Pod.
+func visitBindingsOnPod(ctx context.Context, c client.Reader, namespace, pod string, visit func(*schedulingv1alpha1.PipelineBinding) bool) error {
+	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
+		list := &schedulingv1alpha1.PipelineBindingList{}
+		if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{index: pod}, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("list bindings on pod %s: %w", pod, err)
+		}
+		for i := range list.Items {
+			if !visit(&list.Items[i]) {
+				return nil
+			}
+		}
+	}
+	return nil
 }

@@ -286,15 +286,16 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 }
 
 // readBoundPods reads from the cache the Pods the bindings hold that the scope lacks (those bound
-// this round), so the routes name their ports at once instead of in a second write.
+// this round), so the routes name their ports at once instead of in a second write. Only a
+// headless class with a named target port needs its Pods (routeAddress); they are read in place
+// through the name index, not copied.
 func (r *Reconciler) readBoundPods(ctx context.Context, s *pipelineScope) {
 	for _, b := range s.bindings {
-		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil {
+		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil || !routesNeedPod(s.classes[b.Spec.Class]) {
 			continue
 		}
-		pod := &corev1.Pod{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Pod}, pod); err == nil {
-			s.pods[pod.Name] = pod
+		if pod, err := cachedPod(ctx, r, b.Namespace, b.Spec.Pod); err == nil && pod != nil {
+			s.pods[b.Spec.Pod] = pod // read only: routeAddress looks up its ports
 		}
 	}
 }

@@ -108,6 +108,20 @@ func routeAddress(service, namespace string, wc *schedulingv1alpha1.WorkerClass,
 	return a
 }
 
+// routesNeedPod reports whether routeAddress reads a worker Pod of the class: only to resolve a
+// named target port in the headless mode.
+func routesNeedPod(wc *schedulingv1alpha1.WorkerClass) bool {
+	if classServiceType(wc) != schedulingv1alpha1.ServiceHeadless {
+		return false
+	}
+	for _, p := range servicePorts(classPorts(wc)) {
+		if p.TargetPort.Type == intstr.String {
+			return true
+		}
+	}
+	return false
+}
+
 func lowerProtocol(p corev1.Protocol) string {
 	switch p {
 	case corev1.ProtocolUDP:
@@ -211,7 +225,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: inTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
-	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && cur.Data[RoutesKey] == string(doc) {
+	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && holdsData(cur.Data[RoutesKey], string(doc)) {
 		return nil
 	}
 	patch := client.MergeFrom(cur.DeepCopy())

@@ -46,31 +46,35 @@ func mustCreate(t *testing.T, objs ...client.Object) {
 	}
 }
 
-// phaseRecorder watches the Pipelines of a namespace and records, per Pipeline, every phase it
-// went through, collapsing repeats.
-type phaseRecorder struct {
-	mu     sync.Mutex
-	phases map[string][]string
+// sequenceRecorder watches one kind in a namespace and records, per object name, every value the
+// value function reads from it, collapsing repeats; an empty value is not recorded.
+type sequenceRecorder struct {
+	mu   sync.Mutex
+	seen map[string][]string
 }
 
-func recordPhases(t *testing.T, ns string) *phaseRecorder {
+// recordSequences starts a sequenceRecorder on the list's kind in the namespace until the test ends.
+func recordSequences[T client.Object](t *testing.T, ns string, list client.ObjectList, value func(T) string) *sequenceRecorder {
 	t.Helper()
-	r := &phaseRecorder{phases: map[string][]string{}}
-	w, err := envK8s.Watch(context.Background(), &schedulingv1alpha1.PipelineList{}, client.InNamespace(ns))
+	r := &sequenceRecorder{seen: map[string][]string{}}
+	w, err := envK8s.Watch(context.Background(), list, client.InNamespace(ns))
 	if err != nil {
-		t.Fatalf("watch pipelines: %v", err)
+		t.Fatalf("watch %T: %v", list, err)
 	}
 	t.Cleanup(w.Stop)
 	go func() {
 		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*schedulingv1alpha1.Pipeline)
-			if !ok || p.Status.Phase == "" {
+			o, ok := ev.Object.(T)
+			if !ok {
+				continue
+			}
+			v := value(o)
+			if v == "" {
 				continue
 			}
 			r.mu.Lock()
-			seq := r.phases[p.Name]
-			if len(seq) == 0 || seq[len(seq)-1] != string(p.Status.Phase) {
-				r.phases[p.Name] = append(seq, string(p.Status.Phase))
+			if seq := r.seen[o.GetName()]; len(seq) == 0 || seq[len(seq)-1] != v {
+				r.seen[o.GetName()] = append(seq, v)
 			}
 			r.mu.Unlock()
 		}
@@ -78,14 +82,21 @@ func recordPhases(t *testing.T, ns string) *phaseRecorder {
 	return r
 }
 
-func (r *phaseRecorder) of(name string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.phases[name])
+// recordPhases records every phase each Pipeline of the namespace goes through.
+func recordPhases(t *testing.T, ns string) *sequenceRecorder {
+	t.Helper()
+	return recordSequences(t, ns, &schedulingv1alpha1.PipelineList{}, func(p *schedulingv1alpha1.Pipeline) string { return string(p.Status.Phase) })
 }
 
-// since returns the phases recorded after the first n.
-func (r *phaseRecorder) since(name string, n int) []string {
+// of returns the values recorded for an object so far, in order.
+func (r *sequenceRecorder) of(name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen[name])
+}
+
+// since returns the values recorded after the first n.
+func (r *sequenceRecorder) since(name string, n int) []string {
 	all := r.of(name)
 	if n > len(all) {
 		return nil

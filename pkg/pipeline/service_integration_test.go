@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,42 +49,15 @@ func waitBindingReason(t *testing.T, ns, name, reason, want string) *schedulingv
 	return b
 }
 
-// bindingReasons watches a namespace's bindings and records every reason of their Ready conditions.
-type bindingReasons struct {
-	mu   sync.Mutex
-	seen map[string][]string
-}
-
-func recordBindingReasons(t *testing.T, ns string) *bindingReasons {
+// recordBindingReasons records every reason of the Ready conditions of the namespace's bindings.
+func recordBindingReasons(t *testing.T, ns string) *sequenceRecorder {
 	t.Helper()
-	r := &bindingReasons{seen: map[string][]string{}}
-	w, err := envK8s.Watch(context.Background(), &schedulingv1alpha1.PipelineBindingList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatalf("watch bindings: %v", err)
-	}
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			b, ok := ev.Object.(*schedulingv1alpha1.PipelineBinding)
-			if !ok {
-				continue
-			}
-			if c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition); c != nil {
-				r.mu.Lock()
-				if seq := r.seen[b.Name]; len(seq) == 0 || seq[len(seq)-1] != c.Reason {
-					r.seen[b.Name] = append(seq, c.Reason)
-				}
-				r.mu.Unlock()
-			}
+	return recordSequences(t, ns, &schedulingv1alpha1.PipelineBindingList{}, func(b *schedulingv1alpha1.PipelineBinding) string {
+		if c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition); c != nil {
+			return c.Reason
 		}
-	}()
-	return r
-}
-
-func (r *bindingReasons) of(name string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.seen[name])
+		return ""
+	})
 }
 
 // TestIntegrationHeadlessServices: by default every binding gets a headless Service that selects

@@ -67,27 +67,14 @@ func startSuite(ctx context.Context, cfg *rest.Config) error {
 }
 
 func setupAll(ctx context.Context, mgr ctrl.Manager) error {
-	if err := SetupIndexes(ctx, mgr); err != nil {
-		return err
-	}
 	if err := (&workerset.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("workerset"), MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	alloc := NewAllocator(nil)
+	// The operator's own wiring (pkg/operator calls Setup too), with the client wrapped to count
+	// the WorkerClass controller's HorizontalPodAutoscaler writes.
+	alloc, err := Setup(ctx, mgr, SetupOptions{Concurrency: 8, DeadEndGrace: 2 * time.Second, Client: &hpaWriteCounter{Client: mgr.GetClient(), rec: hpaWrites}})
 	envAllocator = alloc
-	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
-		return err
-	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("pipeline"), MaxConcurrentReconciles: 8, Allocator: alloc, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&BindingReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("binding"), MaxConcurrentReconciles: 8, DeadEndGrace: 2 * time.Second, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&WorkerClassReconciler{Client: &hpaWriteCounter{Client: mgr.GetClient(), rec: hpaWrites}, Allocator: alloc}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	return (&HoldReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+	return err
 }
 
 // writeRecorder records, per object, the verbs of the writes made to it.

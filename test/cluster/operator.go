@@ -28,19 +28,20 @@ func QuietLogs() {
 }
 
 // StartOperator runs every Conveyor controller in this process against the cluster, through
-// operator.Setup and operator.CacheOptions as cmd/operator does, watching only the given
+// operator.Setup and operator.ManagerOptions as cmd/operator does, watching only the given
 // namespace, until the test ends. The Prometheus collector is never registered: a test process
 // starts many managers.
 func (c *Cluster) StartOperator(t testing.TB, namespace string, opts operator.Options) {
 	t.Helper()
 	QuietLogs()
-	mgr, err := ctrl.NewManager(c.RESTConfig(), ctrl.Options{
+	mgr, err := ctrl.NewManager(c.RESTConfig(), operator.ManagerOptions(ctrl.Options{
 		Scheme:                 Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  operator.CacheOptions(cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}}),
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}))
+
 	if err != nil {
 		t.Fatalf("operator manager: %v", err)
 	}

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// cachedMeta is the metadata the API server returns for an object of a pipeline's binding.
+func cachedMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: "ns", UID: "uid-1", ResourceVersion: "7", GenerateName: name + "-",
+		Labels:          map[string]string{schedulingv1alpha1.PipelineLabel: "p", discoveryv1.LabelServiceName: "p-a", "other": "x"},
+		Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-23T00:00:00Z"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "scheduling.conveyor.dev/v1alpha1", Kind: "PipelineBinding", Name: "p-a", UID: "uid-b", Controller: ptr.To(true)}},
+		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
+	}
+}
+
+func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
+	b := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Name: "p-a", Namespace: "ns"},
+		Spec: schedulingv1alpha1.PipelineBindingSpec{Pipeline: "p", Stage: "a", Pod: "green-0"}}
+	want := desiredService(b, schedulingv1alpha1.ServiceHeadless, defaultPorts)
+	svc := want.DeepCopy()
+	svc.ObjectMeta = cachedMeta("p-a")
+	svc.Labels = want.Labels
+	svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
+
+	out, err := trimService(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Service)
+	if serviceDrift(got, want) || !isHeadless(got) {
+		t.Errorf("a trimmed Service that matched before must still match: drift %v, headless %v", serviceDrift(got, want), isHeadless(got))
+	}
+	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) || got.UID != "uid-1" || got.ResourceVersion != "7" {
+		t.Errorf("owner, UID and resourceVersion must stay: %+v", got.ObjectMeta)
+	}
+	if got.ManagedFields != nil || got.Annotations != nil || got.Spec.ClusterIPs != nil || got.Spec.IPFamilies != nil || got.Spec.InternalTrafficPolicy != nil {
+		t.Errorf("what no controller reads must go: %+v", got)
+	}
+	got.Spec.Selector = map[string]string{appsv1alpha1.PodNameLabel: "green-1"}
+	if !serviceDrift(got, want) {
+		t.Error("a selector change must still show as drift after trimming")
+	}
+}
+
+func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  cachedMeta("p-a-xyz"),
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}, NodeName: ptr.To("n1"),
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "green-0", Namespace: "ns", UID: "pod-uid", ResourceVersion: "3"}},
+			{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "green-1", UID: "pod-uid-2"}},
+		},
+	}
+	before := readyEndpointPods([]discoveryv1.EndpointSlice{*slice.DeepCopy()})
+	out, err := trimEndpointSlice(slice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*discoveryv1.EndpointSlice)
+	if after := readyEndpointPods([]discoveryv1.EndpointSlice{*got}); !apiequality.Semantic.DeepEqual(before, after) || len(after) != 1 {
+		t.Errorf("ready endpoints changed by trimming: before %v, after %v", before, after)
+	}
+	if want := map[string]string{discoveryv1.LabelServiceName: "p-a"}; !apiequality.Semantic.DeepEqual(got.Labels, want) {
+		t.Errorf("labels = %v, want only %v (the slice index and sliceToBinding read it)", got.Labels, want)
+	}
+	if got.Ports != nil || got.Endpoints[0].Addresses != nil || got.Endpoints[0].NodeName != nil || got.OwnerReferences != nil || got.ManagedFields != nil {
+		t.Errorf("what no controller reads must go: %+v", got)
+	}
+}
+
+func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
+	doc := `{"pipeline": "p"}`
+	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{RoutesKey: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
+	out, err := digestConfigMap(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.ConfigMap)
+	for _, tc := range []struct {
+		name       string
+		read, want string
+		same       bool
+	}{
+		{"the cache's digest of the same document", got.Data[RoutesKey], doc, true},
+		{"the value itself, read past the cache", doc, doc, true},
+		{"the cache's digest of another document", got.Data[RoutesKey], `{"pipeline": "q"}`, false},
+		{"another value read past the cache", `{}`, doc, false},
+	} {
+		if holdsData(tc.read, tc.want) != tc.same {
+			t.Errorf("%s: holdsData = %v, want %v", tc.name, !tc.same, tc.same)
+		}
+	}
+	if got.Data[RoutesKey] == doc || got.BinaryData != nil || got.ManagedFields != nil {
+		t.Errorf("the cached ConfigMap must hold digests only: %+v", got)
+	}
+	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
+		t.Error("the owner must stay: syncRoutes reports a ConfigMap in the way by it")
+	}
+}

@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SetupOptions tunes the controllers of this package.
+type SetupOptions struct {
+	// Concurrency is how many Pipelines and PipelineBindings reconcile at once (at least 1).
+	Concurrency int
+	// DeadEndGrace is how long a bound worker Pod may be not Ready before its binding is DeadEnd; 0
+	// is DefaultDeadEndGrace.
+	DeadEndGrace time.Duration
+	// Client, when set, is the client every controller writes and reads through instead of the
+	// manager's (a test wraps it to count writes).
+	Client client.Client
+}
+
+// Setup registers this package's cache indexes, the allocator's informer handlers and the
+// Pipeline, PipelineBinding, WorkerClass and hold controllers with the manager, and returns the
+// allocator they share (the metrics and the custom metrics server read it). pkg/operator calls it;
+// so does this package's integration suite, so both run the same wiring.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator, error) {
+	c := opts.Client
+	if c == nil {
+		c = mgr.GetClient()
+	}
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		return nil, err
+	}
+	alloc := NewAllocator(nil)
+	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
+		return nil, err
+	}
+	if err := (&Reconciler{
+		Client: c, Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.Concurrency,
+		Allocator: alloc, APIReader: mgr.GetAPIReader(),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up pipeline controller: %w", err)
+	}
+	if err := (&BindingReconciler{
+		Client: c, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
+		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
+	}
+	if err := (&WorkerClassReconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up workerclass controller: %w", err)
+	}
+	if err := (&HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up worker hold controller: %w", err)
+	}
+	return alloc, nil
+}
