@@ -31,7 +31,8 @@ const (
 // has seen no renewal for LeaseDuration, so writes are safe until RenewDeadline after the last
 // renewal was sent; after that, and before the first, the fence refuses every write except those
 // of the Lease and of Events, with an error, without sending it. A release (a Lease write with no
-// holder) closes the fence at once.
+// holder) closes the fence at once, and is itself refused when the fence is closed: client-go's
+// elector, giving up after a pause, may release a Lease another replica holds by then.
 type LeaseFence struct {
 	// LeaseName is the name of the leader election Lease (any namespace).
 	LeaseName string
@@ -114,6 +115,14 @@ func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.R
 	case "events":
 		return rt.RoundTrip(req)
 	case "leases":
+		if release, err := isRelease(req); err != nil {
+			return nil, err
+		} else if ok, why := f.Held(); release && !ok {
+			// client-go's elector releases on its way out when its own last record says it
+			// holds the Lease, after reading the current one: a leader paused past its lease
+			// would clear the new holder's Lease (issue 12's failover suite saw it).
+			return nil, fmt.Errorf("write fence: release of the Lease %s refused: %s", f.LeaseName, why)
+		}
 		sent := f.now()
 		resp, err := rt.RoundTrip(req)
 		if err == nil {
@@ -198,4 +207,27 @@ func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
 	if sent.After(f.renewed) {
 		f.renewed = sent
 	}
+}
+
+// isRelease says whether a request writes a Lease with no holder (the elector's release). It
+// reads the body and puts it back.
+func isRelease(req *http.Request) (bool, error) {
+	if req.Method != http.MethodPut || req.Body == nil || req.Body == http.NoBody {
+		return false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return false, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var lease struct {
+		Spec struct {
+			HolderIdentity *string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(body, &lease) != nil {
+		return false, nil // not JSON: not read, let it through
+	}
+	return lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", nil
 }

@@ -22,12 +22,13 @@ func leaseBody(name, holder string) string {
 // ones reach the API server.
 func TestLeaseFence(t *testing.T) {
 	type req struct {
-		at     time.Duration // on the fake clock, from the start
-		method string
-		path   string
-		code   int    // what the API server answers (for Lease writes)
-		body   string // its body
-		sent   bool   // whether the request must reach the API server
+		at      time.Duration // on the fake clock, from the start
+		method  string
+		path    string
+		code    int    // what the API server answers (for Lease writes)
+		body    string // its body
+		reqBody string // the request's body
+		sent    bool   // whether the request must reach the API server
 	}
 	renew := func(at time.Duration) req {
 		return req{at: at, method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("conveyor-operator.conveyor.dev", "me"), sent: true}
@@ -45,6 +46,14 @@ func TestLeaseFence(t *testing.T) {
 		{"a paused leader resumes fenced, reads still go", []req{renew(0), write(40*time.Second, false), {at: 40 * time.Second, method: http.MethodGet, path: podPath, code: 200, sent: true}}},
 		{"a refused renewal does not open the fence", []req{{method: http.MethodPut, path: leasePath, code: 409, body: "{}", sent: true}, write(time.Second, false)}},
 		{"a release closes the fence", []req{renew(0), {at: time.Second, method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("conveyor-operator.conveyor.dev", ""), sent: true}, write(2*time.Second, false)}},
+		{"a leader that lost its Lease may not release it", []req{renew(0),
+			{at: 30 * time.Second, method: http.MethodPut, path: leasePath, body: leaseBody("conveyor-operator.conveyor.dev", ""), reqBody: leaseBody("conveyor-operator.conveyor.dev", ""), sent: false}}},
+		{"a leader that holds its Lease releases it", []req{renew(0),
+			{at: 5 * time.Second, method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("conveyor-operator.conveyor.dev", ""), reqBody: leaseBody("conveyor-operator.conveyor.dev", ""), sent: true},
+			write(6*time.Second, false)}},
+		{"a renewal goes through the closed fence", []req{
+			{method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("conveyor-operator.conveyor.dev", "me"), reqBody: leaseBody("conveyor-operator.conveyor.dev", "me"), sent: true},
+			write(time.Second, true)}},
 		{"another Lease is no renewal", []req{{method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("other", "me"), sent: true}, write(time.Second, false)}},
 		{"Events and Leases go through the closed fence", []req{
 			{method: http.MethodPost, path: "/api/v1/namespaces/ns/events", code: 201, body: "{}", sent: true},
@@ -76,7 +85,11 @@ func TestLeaseFence(t *testing.T) {
 				now = start.Add(r.at)
 				answer = r
 				before := len(reached)
-				resp, err := rt.RoundTrip(httptest.NewRequest(r.method, r.path, nil))
+				var reqBody io.Reader
+				if r.reqBody != "" {
+					reqBody = strings.NewReader(r.reqBody)
+				}
+				resp, err := rt.RoundTrip(httptest.NewRequest(r.method, r.path, reqBody))
 				if sent := len(reached) > before; sent != r.sent {
 					t.Fatalf("request %d (%s %s at %s): sent %v, want %v (err %v)", i, r.method, r.path, r.at, sent, r.sent, err)
 				}
