@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -109,6 +110,13 @@ func run(opts options) error {
 		cfg.QPS = -1 // client-go: no rate limiter
 	}
 
+	if opts.leaderElect {
+		// Only the Lease's holder writes: a replica paused past its lease resumes fenced, and its
+		// elector then stops it (operator.LeaseFence).
+		fence := &operator.LeaseFence{LeaseName: opts.leaderElectionID, Valid: operator.RenewDeadline}
+		cfg.Wrap(fence.Wrap)
+	}
+
 	cacheOpts := cache.Options{}
 	if opts.namespaces != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -132,6 +140,9 @@ func run(opts options) error {
 		LeaderElectionID:              opts.leaderElectionID,
 		LeaderElectionNamespace:       opts.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(operator.LeaseDuration),
+		RenewDeadline:                 ptr.To(operator.RenewDeadline),
+		RetryPeriod:                   ptr.To(operator.RetryPeriod),
 	}))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -1,0 +1,233 @@
+package operator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Leader election timings. They are controller-runtime's defaults, set explicitly on the manager
+// (see LeaderElectionTimings) so that the write fence and the elector agree.
+const (
+	LeaseDuration = 15 * time.Second
+	RenewDeadline = 10 * time.Second
+	RetryPeriod   = 2 * time.Second
+)
+
+// LeaseFence keeps a replica that may have lost its Lease from writing. Leader election alone
+// does not: a leader that was paused (SIGSTOP, a long GC or VM pause, a frozen node) past its
+// lease resumes with its workers running, and they write until its elector notices, up to
+// RenewDeadline later; meanwhile another replica leads (issue 12's failover suite saw it: a
+// resumed leader patched a Pod after the new leader took over).
+//
+// The fence watches the process's own requests: every successful write of the Lease that names
+// a holder is a renewal, dated when it was sent. Another replica can only take the Lease once it
+// has seen no renewal for LeaseDuration, so writes are safe until RenewDeadline after the last
+// renewal was sent; after that, and before the first, the fence refuses every write except those
+// of the Lease and of Events, with an error, without sending it. A release (a Lease write with no
+// holder) closes the fence at once, and is itself refused when the fence is closed: client-go's
+// elector, giving up after a pause, may release a Lease another replica holds by then.
+type LeaseFence struct {
+	// LeaseName is the name of the leader election Lease (any namespace).
+	LeaseName string
+	// Valid is how long after a renewal was sent writes go through; RenewDeadline when zero.
+	Valid time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	renewed time.Time // when the last successful renewal was sent; zero when none or released
+}
+
+// Wrap returns a RoundTripper that fences rt; use it with rest.Config.Wrap.
+func (f *LeaseFence) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) { return f.roundTrip(rt, req) })
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (fn roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return fn(req) }
+
+func (f *LeaseFence) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+func (f *LeaseFence) valid() time.Duration {
+	if f.Valid > 0 {
+		return f.Valid
+	}
+	return RenewDeadline
+}
+
+// Held says whether writes go through now, and if not, why.
+func (f *LeaseFence) Held() (bool, string) {
+	f.mu.Lock()
+	renewed := f.renewed
+	f.mu.Unlock()
+	if renewed.IsZero() {
+		return false, "this replica does not hold the Lease " + f.LeaseName
+	}
+	if age := f.now().Sub(renewed); age >= f.valid() {
+		return false, fmt.Sprintf("this replica last renewed the Lease %s %s ago (writes stop %s after a renewal)", f.LeaseName, age.Round(time.Millisecond), f.valid())
+	}
+	return true, ""
+}
+
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// resourceOf returns the resource of an API path (/api/v1/namespaces/ns/pods/x → pods;
+// /apis/coordination.k8s.io/v1/namespaces/ns/leases → leases).
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2 // api/v1/<...>
+	if len(parts) > 0 && parts[0] == "apis" {
+		i = 3 // apis/<group>/<version>/<...>
+	}
+	if len(parts) > i+1 && parts[i] == "namespaces" && len(parts) > i+2 {
+		i += 2
+	}
+	if len(parts) > i {
+		return parts[i]
+	}
+	return ""
+}
+
+func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+	if !isWrite(req.Method) {
+		return rt.RoundTrip(req)
+	}
+	switch resourceOf(req.URL.Path) {
+	case "events":
+		return rt.RoundTrip(req)
+	case "leases":
+		if release, err := isRelease(req); err != nil {
+			return nil, err
+		} else if ok, why := f.Held(); release && !ok {
+			// client-go's elector releases on its way out when its own last record says it
+			// holds the Lease, after reading the current one: a leader paused past its lease
+			// would clear the new holder's Lease (issue 12's failover suite saw it).
+			return nil, fmt.Errorf("write fence: release of the Lease %s refused: %s", f.LeaseName, why)
+		}
+		sent := f.now()
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			f.observeLease(sent, resp)
+		}
+		return resp, err
+	}
+	if ok, why := f.Held(); !ok {
+		return nil, fmt.Errorf("write fence: %s %s refused: %s", req.Method, req.URL.Path, why)
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		// A pause can also fall between the check above and the request leaving the process.
+		// The transport reads the body as it sends it: the fence is checked again on every read,
+		// so a request resumed after the lease ran out fails before its body ends, and the API
+		// server, which sees the stream reset, applies nothing.
+		req = req.Clone(req.Context())
+		req.Body = &fencedBody{ReadCloser: req.Body, f: f, what: req.Method + " " + req.URL.Path}
+	}
+	return rt.RoundTrip(req)
+}
+
+// fencedBody fails a read once the fence is closed.
+type fencedBody struct {
+	io.ReadCloser
+	f    *LeaseFence
+	what string
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if ok, why := b.f.Held(); !ok {
+		return 0, fmt.Errorf("write fence: %s stopped in flight: %s", b.what, why)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		// The last chance before the transport ends the stream.
+		if ok, why := b.f.Held(); !ok {
+			return n, fmt.Errorf("write fence: %s stopped in flight: %s", b.what, why)
+		}
+	}
+	return n, err
+}
+
+// observeLease reads a Lease write's response: a success naming a holder is a renewal sent at
+// sent; one naming none is a release.
+func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		// Not JSON (protobuf): the holder cannot be read, and only the elector writes the Lease,
+		// so take the success as a renewal.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if sent.After(f.renewed) {
+			f.renewed = sent
+		}
+		return
+	}
+	var lease struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			HolderIdentity *string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(body, &lease) != nil || lease.Metadata.Name != f.LeaseName {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		f.renewed = time.Time{}
+		return
+	}
+	if sent.After(f.renewed) {
+		f.renewed = sent
+	}
+}
+
+// isRelease says whether a request writes a Lease with no holder (the elector's release). It
+// reads the body and puts it back.
+func isRelease(req *http.Request) (bool, error) {
+	if req.Method != http.MethodPut || req.Body == nil || req.Body == http.NoBody {
+		return false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return false, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var lease struct {
+		Spec struct {
+			HolderIdentity *string `json:"holderIdentity"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(body, &lease) != nil {
+		return false, nil // not JSON: not read, let it through
+	}
+	return lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", nil
+}
