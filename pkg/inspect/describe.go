@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
@@ -122,6 +123,9 @@ func (r Renderer) describeStage(w io.Writer, s *Snapshot, p *schedulingv1alpha1.
 	} else {
 		pod := s.pod(b.Spec.Pod)
 		worker := b.Spec.Pod + " (" + podState(pod)
+		if uid := boundUID(b); pod != nil && uid != "" && pod.UID != uid {
+			worker = b.Spec.Pod + " (replaced: the Pod of that name now is another, " + podState(pod)
+		}
 		if pod != nil && pod.Spec.NodeName != "" {
 			worker += ", on " + pod.Spec.NodeName
 		}
@@ -143,6 +147,14 @@ func (r Renderer) describeStage(w io.Writer, s *Snapshot, p *schedulingv1alpha1.
 	fmt.Fprintln(w, "  History:")
 	writeHistory(w, "    ", r.bindingHistory(s, b), r, now)
 	return nil
+}
+
+// boundUID is the UID of the Pod the binding was placed on, when it is known.
+func boundUID(b *schedulingv1alpha1.PipelineBinding) types.UID {
+	if b.Spec.PodUID != "" {
+		return b.Spec.PodUID
+	}
+	return b.Status.PodUID
 }
 
 // classCapacity says what one worker of the class handles, when the class exists.
@@ -173,8 +185,8 @@ func (r Renderer) pipelineHistory(s *Snapshot, p *schedulingv1alpha1.Pipeline) [
 		if !about(e, "Pipeline", p.Name, string(p.UID)) {
 			continue
 		}
-		t := pipelineTransition(e, prev)
-		prev = t.to
+		var t transition
+		t, prev = pipelineTransition(e, prev)
 		out = append(out, t)
 	}
 	return out

@@ -290,33 +290,30 @@ func (t transition) text(r Renderer, now time.Time) string {
 	return s
 }
 
-// pipelineTransition reads a Pipeline Event: Broken, Repaired, Invalid and WaitingForCapacity are
-// phase changes; any other reason is shown with its reason as the new state. prev is the phase
-// the previous transition ended in, if known.
-func pipelineTransition(e *corev1.Event, prev string) transition {
-	t := transition{at: EventTime(e), count: eventCount(e), from: prev, message: e.Message}
+// pipelineTransition reads a Pipeline Event. Broken, Invalid and Repaired change the phase; prev is
+// the phase the previous change ended in, when an earlier Event tells it. Any other reason
+// (WaitingForCapacity, BindingWriteFailed, …) leaves the phase as it is and is shown by its reason.
+func pipelineTransition(e *corev1.Event, prev string) (t transition, phase string) {
+	t = transition{at: EventTime(e), count: eventCount(e), message: e.Message}
 	switch e.Reason {
 	case schedulingv1alpha1.EventBroken:
-		t.to = string(schedulingv1alpha1.PipelineBroken)
+		t.from, t.to = prev, string(schedulingv1alpha1.PipelineBroken)
 	case schedulingv1alpha1.EventInvalid:
-		t.to = string(schedulingv1alpha1.PipelineInvalid)
-	case schedulingv1alpha1.EventWaitingForCapacity:
-		t.to = string(schedulingv1alpha1.PipelinePending)
+		t.from, t.to = prev, string(schedulingv1alpha1.PipelineInvalid)
 	case schedulingv1alpha1.EventRepaired:
-		t.from = string(schedulingv1alpha1.PipelineBroken)
-		t.to = string(schedulingv1alpha1.PipelineReady)
+		t.from, t.to = string(schedulingv1alpha1.PipelineBroken), string(schedulingv1alpha1.PipelineReady)
 		// "every stage has a worker again: Plotted"
 		if i := strings.LastIndex(e.Message, ": "); i >= 0 {
-			t.to = e.Message[i+2:]
-			t.message = e.Message[:i]
+			t.to, t.message = e.Message[i+2:], e.Message[:i]
 		}
 	default:
 		t.to = e.Reason
+		return t, prev
 	}
 	if t.from == t.to {
 		t.from = ""
 	}
-	return t
+	return t, t.to
 }
 
 // bindingTransitionOf reads a PipelineBinding Event: the DeadEnd Event names both phases.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
@@ -25,27 +27,38 @@ type WorkerUse struct {
 type ClassUse struct {
 	Class *schedulingv1alpha1.WorkerClass
 	// Capacity is what the Ready workers handle together.
-	Capacity  int64
+	Capacity int64
+	// Requested and Allocated are the class's status.
 	Requested int64
 	Allocated int64
 	Workers   []WorkerUse
 }
 
 // ClassUses computes every class's use from the snapshot: capacity from the class and its Ready
-// workers, requested from the class's status, allocated per worker from the bindings that name it.
+// (or draining) workers, requested and allocated from the class's status (the operator's
+// counters, which also count the load of DeadEnd bindings until they are placed again), and each
+// worker's allocation from the bindings placed on that very Pod.
 func (s *Snapshot) ClassUses() []ClassUse {
+	// The bindings placed on each worker Pod: a DeadEnd binding still naming a Pod that was
+	// replaced under the same name is not on the new Pod.
+	uids := map[string]types.UID{}
+	for _, p := range s.Pods {
+		uids[p.Name] = p.UID
+	}
 	alloc := map[string]int64{}
 	count := map[string]int{}
-	for _, b := range s.Bindings {
-		if b.Spec.Pod != "" {
-			alloc[b.Spec.Class+"/"+b.Spec.Pod] += int64(b.Spec.DocumentsPerSecond)
-			count[b.Spec.Class+"/"+b.Spec.Pod]++
+	for i := range s.Bindings {
+		b := &s.Bindings[i]
+		if uid := boundUID(b); b.Spec.Pod == "" || (uid != "" && uid != uids[b.Spec.Pod]) {
+			continue
 		}
+		alloc[b.Spec.Class+"/"+b.Spec.Pod] += int64(b.Spec.DocumentsPerSecond)
+		count[b.Spec.Class+"/"+b.Spec.Pod]++
 	}
 	out := make([]ClassUse, 0, len(s.Classes))
 	for i := range s.Classes {
 		wc := &s.Classes[i]
-		u := ClassUse{Class: wc, Requested: wc.Status.RequestedDocumentsPerSecond}
+		u := ClassUse{Class: wc, Requested: wc.Status.RequestedDocumentsPerSecond, Allocated: wc.Status.AllocatedDocumentsPerSecond}
 		for j := range s.Pods {
 			p := &s.Pods[j]
 			if p.Labels[schedulingv1alpha1.WorkerClassLabel] != wc.Name {
@@ -56,7 +69,6 @@ func (s *Snapshot) ClassUses() []ClassUse {
 			if wu.State == "Ready" || wu.State == "Draining" {
 				u.Capacity += int64(wc.Spec.Capacity)
 			}
-			u.Allocated += wu.Allocated
 			u.Workers = append(u.Workers, wu)
 		}
 		out = append(out, u)

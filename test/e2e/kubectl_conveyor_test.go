@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,12 +48,15 @@ func TestKubectlConveyor(t *testing.T) {
 		create(ctx, t, fixtures.MakeWorkerClass(ns, class).Capacity(fixtures.ScenarioCapacity[class]).Obj())
 		create(ctx, t, fixtures.MakeWorkerSet(ns, class).Replicas(replicas[class]).Class(class).Obj())
 	}
-	waitClasses(ctx, t, ns, replicas, 0)
+	idle := classStates(replicas, 0, 0)
+	waitClasses(ctx, t, ns, idle)
 	for _, name := range fixtures.ScenarioPipelines {
 		create(ctx, t, fixtures.MakePipeline(ns, name).Load(fixtures.ScenarioLoad).Chain(fixtures.ScenarioClasses...).Obj())
 		pipelinePhase(ctx, t, ns, name, schedulingv1alpha1.PipelineReady)
 	}
-	waitClasses(ctx, t, ns, replicas, int64(len(fixtures.ScenarioPipelines))*fixtures.ScenarioLoad)
+	load := int64(len(fixtures.ScenarioPipelines)) * fixtures.ScenarioLoad
+	placed := classStates(replicas, load, load)
+	waitClasses(ctx, t, ns, placed)
 
 	get := runPlugin(ctx, t, ns, "get")
 	golden(t, "kubectl-conveyor-get", ns, get)
@@ -62,7 +66,11 @@ func TestKubectlConveyor(t *testing.T) {
 	checkStructured(ctx, t, ns)
 	checkThroughKubectl(ctx, t, ns, get)
 
-	// A yellow worker dies: every pipeline is repaired onto the new yellow-0, and describe tells it.
+	// A yellow worker dies while no node takes new Pods: the new yellow-0 stays Pending, so the
+	// pipelines stay Broken, waiting for capacity, until the nodes take Pods again. Without the
+	// cordon the new Pod may be Ready before a pipeline looks for a yellow worker, and whether it
+	// waits (and says so in an Event) would depend on timing.
+	cordonNodes(ctx, t, true)
 	old := &corev1.Pod{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "yellow-0"}, old); err != nil {
 		t.Fatal(err)
@@ -71,32 +79,141 @@ func TestKubectlConveyor(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range fixtures.ScenarioPipelines {
+		testenv.EventuallyContext(ctx, t, name+" Broken, waiting for a yellow worker", func(ctx context.Context) error {
+			return waitingForYellow(ctx, ns, name)
+		})
+	}
+	// The DeadEnd bindings keep their load on yellow until they are placed again.
+	broken := classStates(replicas, load, load)
+	broken["yellow"] = classState{workers: 0, requested: load, allocated: load}
+	waitClasses(ctx, t, ns, broken)
+	golden(t, "kubectl-conveyor-get-broken", ns, runPlugin(ctx, t, ns, "get"))
+	golden(t, "kubectl-conveyor-describe-broken", ns, runPlugin(ctx, t, ns, "describe", "pipeline", "first"))
+
+	cordonNodes(ctx, t, false)
+	for _, name := range fixtures.ScenarioPipelines {
 		testenv.EventuallyContext(ctx, t, name+" repaired on the new yellow-0", func(ctx context.Context) error {
 			return repairedOn(ctx, ns, name, old.UID)
 		})
 	}
-	waitClasses(ctx, t, ns, replicas, int64(len(fixtures.ScenarioPipelines))*fixtures.ScenarioLoad)
+	waitClasses(ctx, t, ns, placed)
 	golden(t, "kubectl-conveyor-describe-repaired", ns, runPlugin(ctx, t, ns, "describe", "pipeline", "first"))
 	golden(t, "kubectl-conveyor-get-repaired", ns, runPlugin(ctx, t, ns, "get"))
 }
 
+// classState is what a WorkerClass's status says once it has settled.
+type classState struct {
+	workers              int32
+	requested, allocated int64
+}
+
+// classStates gives every class the same requested and allocated load.
+func classStates(workers map[string]int32, requested, allocated int64) map[string]classState {
+	out := map[string]classState{}
+	for class, n := range workers {
+		out[class] = classState{workers: n, requested: requested, allocated: allocated}
+	}
+	return out
+}
+
 // waitClasses waits until every class's status counts its Ready workers and the load requested of
-// it and allocated on it, so that the tables print settled numbers.
-func waitClasses(ctx context.Context, t *testing.T, ns string, workers map[string]int32, load int64) {
+// it and allocated on it as want says, so that the tables print settled numbers.
+func waitClasses(ctx context.Context, t *testing.T, ns string, want map[string]classState) {
 	t.Helper()
-	testenv.EventuallyContext(ctx, t, fmt.Sprintf("every class with its workers and %d documents/s requested and allocated", load), func(ctx context.Context) error {
+	var last map[string]classState
+	testenv.EventuallyContext(ctx, t, fmt.Sprintf("the classes' status %v", want), func(ctx context.Context) error {
 		list := &schedulingv1alpha1.WorkerClassList{}
 		if err := env.Client().List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
 		}
+		got := map[string]classState{}
 		for _, wc := range list.Items {
 			st := wc.Status
-			if st.Workers != workers[wc.Name] || st.RequestedDocumentsPerSecond != load || st.AllocatedDocumentsPerSecond != load {
-				return fmt.Errorf("%s: %d workers, %d requested, %d allocated", wc.Name, st.Workers, st.RequestedDocumentsPerSecond, st.AllocatedDocumentsPerSecond)
+			got[wc.Name] = classState{st.Workers, st.RequestedDocumentsPerSecond, st.AllocatedDocumentsPerSecond}
+		}
+		if !maps.Equal(got, want) {
+			// Logged once per change: the deadline's error would hide the last state.
+			if !maps.Equal(got, last) {
+				t.Logf("Waiting for the classes' status: %v", got)
+				last = got
 			}
+			return fmt.Errorf("%v", got)
 		}
 		return nil
 	})
+}
+
+// cordonNodes marks every node of the cluster unschedulable, or schedulable again; the test's
+// end uncordons them whatever happens. The e2e tests do not run in parallel.
+func cordonNodes(ctx context.Context, t *testing.T, unschedulable bool) {
+	t.Helper()
+	set := func(ctx context.Context, unschedulable bool) error {
+		nodes := &corev1.NodeList{}
+		if err := env.Client().List(ctx, nodes); err != nil {
+			return err
+		}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			patch := client.MergeFrom(n.DeepCopy())
+			n.Spec.Unschedulable = unschedulable
+			if err := env.Client().Patch(ctx, n, patch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if unschedulable {
+		t.Cleanup(func() {
+			if err := set(context.Background(), false); err != nil {
+				t.Errorf("uncordon the nodes: %v", err)
+			}
+		})
+	}
+	if err := set(ctx, unschedulable); err != nil {
+		t.Fatalf("cordon nodes (unschedulable=%t): %v", unschedulable, err)
+	}
+}
+
+// waitingForYellow checks that the pipeline is Broken, its yellow binding DeadEnd (it keeps the dead
+// Pod until a yellow worker has room), and that its Events
+// say so: DeadEnd on the binding, Broken and WaitingForCapacity on the pipeline.
+func waitingForYellow(ctx context.Context, ns, name string) error {
+	p := &schedulingv1alpha1.Pipeline{}
+	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
+		return err
+	}
+	b := &schedulingv1alpha1.PipelineBinding{}
+	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-third"}, b); err != nil {
+		return err
+	}
+	if p.Status.Phase != schedulingv1alpha1.PipelineBroken || b.Status.Phase != schedulingv1alpha1.BindingDeadEnd {
+		return fmt.Errorf("pipeline %s, binding %s-third %s on %q", p.Status.Phase, name, b.Status.Phase, b.Spec.Pod)
+	}
+	return hasEvents(ctx, ns, name, schedulingv1alpha1.EventBroken, schedulingv1alpha1.EventWaitingForCapacity)
+}
+
+// hasEvents checks that the pipeline has Events of the reasons given and its third stage's binding
+// a DeadEnd Event.
+func hasEvents(ctx context.Context, ns, name string, reasons ...string) error {
+	events := &corev1.EventList{}
+	if err := env.Client().List(ctx, events, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	want := map[string]bool{"PipelineBinding/" + schedulingv1alpha1.EventDeadEnd: false}
+	for _, r := range reasons {
+		want["Pipeline/"+r] = false
+	}
+	for _, e := range events.Items {
+		if o := e.InvolvedObject; (o.Kind == "Pipeline" && o.Name == name) || (o.Kind == "PipelineBinding" && o.Name == name+"-third") {
+			want[o.Kind+"/"+e.Reason] = true
+		}
+	}
+	for k, seen := range want {
+		if !seen {
+			return fmt.Errorf("no %s Event yet", k)
+		}
+	}
+	return nil
 }
 
 // repairedOn checks that the pipeline is Ready with its yellow stage on a yellow-0 that is not the
@@ -117,22 +234,7 @@ func repairedOn(ctx context.Context, ns, name string, oldUID types.UID) error {
 	if uid, ok := eps["yellow-0"]; len(eps) != 1 || !ok || uid == oldUID {
 		return fmt.Errorf("Service %s-third endpoints %v (old yellow-0 UID %s)", name, eps, oldUID)
 	}
-	events := &corev1.EventList{}
-	if err := env.Client().List(ctx, events, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	want := map[string]bool{"Pipeline/" + schedulingv1alpha1.EventBroken: false, "Pipeline/" + schedulingv1alpha1.EventRepaired: false, "PipelineBinding/" + schedulingv1alpha1.EventDeadEnd: false}
-	for _, e := range events.Items {
-		if o := e.InvolvedObject; o.Name == name || o.Name == name+"-third" {
-			want[o.Kind+"/"+e.Reason] = true
-		}
-	}
-	for k, seen := range want {
-		if !seen {
-			return fmt.Errorf("no %s Event yet", k)
-		}
-	}
-	return nil
+	return hasEvents(ctx, ns, name, schedulingv1alpha1.EventBroken, schedulingv1alpha1.EventRepaired)
 }
 
 // runPlugin runs `kubectl conveyor ARGS` in this process, through the same command tree as the
@@ -268,4 +370,3 @@ func checkThroughKubectl(ctx context.Context, t *testing.T, ns, want string) {
 		t.Errorf("kubectl conveyor get through kubectl differs from the command in this process (-want +got):\n%s", diff)
 	}
 }
-
