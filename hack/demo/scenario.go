@@ -257,7 +257,8 @@ func brokenness(s *inspect.Snapshot) int {
 	return n
 }
 
-// repaired says whether every pipeline is Ready again with its yellow stage off the old Pod.
+// repaired says whether every pipeline is Ready again with its yellow stage off the old Pod, and
+// every class's status counts its Ready workers again.
 func repaired(s *inspect.Snapshot, oldUID types.UID) (bool, string, error) {
 	for _, b := range s.Bindings {
 		if b.Spec.Class == "yellow" && (b.Status.PodUID == "" || b.Status.PodUID == oldUID || b.Status.Phase != schedulingv1alpha1.BindingReady) {
@@ -267,6 +268,18 @@ func repaired(s *inspect.Snapshot, oldUID types.UID) (bool, string, error) {
 	for _, p := range s.Pipelines {
 		if p.Status.Phase != schedulingv1alpha1.PipelineReady {
 			return false, fmt.Sprintf("%s is %s", p.Name, p.Status.Phase), nil
+		}
+	}
+	// The classes' status counts the new worker too, so the tables after the repair agree.
+	for _, u := range s.ClassUses() {
+		ready := int32(0)
+		for _, w := range u.Workers {
+			if w.State == "Ready" {
+				ready++
+			}
+		}
+		if u.Class.Status.Workers != ready {
+			return false, fmt.Sprintf("class %s counts %d workers, %d are Ready", u.Class.Name, u.Class.Status.Workers, ready), nil
 		}
 	}
 	return true, "", nil

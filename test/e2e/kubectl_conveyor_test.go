@@ -80,7 +80,7 @@ func TestKubectlConveyor(t *testing.T) {
 	}
 	for _, name := range fixtures.ScenarioPipelines {
 		testenv.EventuallyContext(ctx, t, name+" Broken, waiting for a yellow worker", func(ctx context.Context) error {
-			return waitingForYellow(ctx, ns, name)
+			return waitingForYellow(ctx, ns, name, old.UID)
 		})
 	}
 	// The DeadEnd bindings keep their load on yellow until they are placed again.
@@ -174,10 +174,17 @@ func cordonNodes(ctx context.Context, t *testing.T, unschedulable bool) {
 	}
 }
 
-// waitingForYellow checks that the pipeline is Broken, its yellow binding DeadEnd (it keeps the dead
-// Pod until a yellow worker has room), and that its Events
-// say so: DeadEnd on the binding, Broken and WaitingForCapacity on the pipeline.
-func waitingForYellow(ctx context.Context, ns, name string) error {
+// waitingForYellow checks that the new yellow-0 exists and is Pending, that the pipeline is Broken
+// and its yellow binding DeadEnd (it keeps the dead Pod until a yellow worker has room), and that
+// the Events say so: DeadEnd on the binding, Broken and WaitingForCapacity on the pipeline.
+func waitingForYellow(ctx context.Context, ns, name string, oldUID types.UID) error {
+	pod := &corev1.Pod{}
+	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: "yellow-0"}, pod); err != nil {
+		return err
+	}
+	if pod.UID == oldUID || pod.Status.Phase != corev1.PodPending {
+		return fmt.Errorf("yellow-0 is the old Pod or not Pending: %s", pod.Status.Phase)
+	}
 	p := &schedulingv1alpha1.Pipeline{}
 	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 		return err
