@@ -179,15 +179,10 @@ func readyMessage(b *schedulingv1alpha1.PipelineBinding) string {
 // pipelineHistory reads the pipeline's own transitions from its Events, oldest first.
 func (r Renderer) pipelineHistory(s *Snapshot, p *schedulingv1alpha1.Pipeline) []transition {
 	var out []transition
-	prev := ""
 	for i := range s.Events {
-		e := &s.Events[i]
-		if !about(e, "Pipeline", p.Name, string(p.UID)) {
-			continue
+		if e := &s.Events[i]; about(e, "Pipeline", p.Name, string(p.UID)) {
+			out = append(out, pipelineTransition(e))
 		}
-		var t transition
-		t, prev = pipelineTransition(e, prev)
-		out = append(out, t)
 	}
 	return out
 }

@@ -290,30 +290,26 @@ func (t transition) text(r Renderer, now time.Time) string {
 	return s
 }
 
-// pipelineTransition reads a Pipeline Event. Broken, Invalid and Repaired change the phase; prev is
-// the phase the previous change ended in, when an earlier Event tells it. Any other reason
-// (WaitingForCapacity, BindingWriteFailed, …) leaves the phase as it is and is shown by its reason.
-func pipelineTransition(e *corev1.Event, prev string) (t transition, phase string) {
-	t = transition{at: EventTime(e), count: eventCount(e), message: e.Message}
+// pipelineTransition reads a Pipeline Event. Broken and Invalid name the phase the pipeline entered;
+// the phase it left is not said, since the steps Pending → Plotted → Ready have no Events (a
+// Broken after a Repaired may come from Plotted or from Ready). Repaired names both: Broken and
+// the phase at the end of its message. Any other reason (WaitingForCapacity, BindingWriteFailed,
+// …) changes no phase and is shown by its reason.
+func pipelineTransition(e *corev1.Event) transition {
+	t := transition{at: EventTime(e), count: eventCount(e), to: e.Reason, message: e.Message}
 	switch e.Reason {
 	case schedulingv1alpha1.EventBroken:
-		t.from, t.to = prev, string(schedulingv1alpha1.PipelineBroken)
+		t.to = string(schedulingv1alpha1.PipelineBroken)
 	case schedulingv1alpha1.EventInvalid:
-		t.from, t.to = prev, string(schedulingv1alpha1.PipelineInvalid)
+		t.to = string(schedulingv1alpha1.PipelineInvalid)
 	case schedulingv1alpha1.EventRepaired:
 		t.from, t.to = string(schedulingv1alpha1.PipelineBroken), string(schedulingv1alpha1.PipelineReady)
 		// "every stage has a worker again: Plotted"
 		if i := strings.LastIndex(e.Message, ": "); i >= 0 {
 			t.to, t.message = e.Message[i+2:], e.Message[:i]
 		}
-	default:
-		t.to = e.Reason
-		return t, prev
 	}
-	if t.from == t.to {
-		t.from = ""
-	}
-	return t, t.to
+	return t
 }
 
 // bindingTransitionOf reads a PipelineBinding Event: the DeadEnd Event names both phases.

@@ -394,25 +394,24 @@ func TestTransitions(t *testing.T) {
 	tests := []struct {
 		name  string
 		event corev1.Event
-		prev  string
 		want  string
 	}{
-		{"binding DeadEnd", event("PipelineBinding", "b", schedulingv1alpha1.EventDeadEnd, "phase Ready -> DeadEnd: PodGone: worker Pod yellow-0 is gone or terminating", 12*time.Second), "",
+		{"binding DeadEnd", event("PipelineBinding", "b", schedulingv1alpha1.EventDeadEnd, "phase Ready -> DeadEnd: PodGone: worker Pod yellow-0 is gone or terminating", 12*time.Second),
 			"Ready → DeadEnd 12s ago: PodGone: worker Pod yellow-0 is gone or terminating"},
-		{"binding DeadEnd from no phase", event("PipelineBinding", "b", schedulingv1alpha1.EventDeadEnd, "phase none -> DeadEnd: PodGone: x", time.Minute), "",
+		{"binding DeadEnd from no phase", event("PipelineBinding", "b", schedulingv1alpha1.EventDeadEnd, "phase none -> DeadEnd: PodGone: x", time.Minute),
 			"DeadEnd 60s ago: PodGone: x"},
-		{"pipeline Broken after a known phase", event("Pipeline", "p", schedulingv1alpha1.EventBroken, "placing again: third", 2*time.Minute), "Plotted",
-			"Plotted → Broken 2m ago: placing again: third"},
-		{"pipeline Repaired names the new phase", event("Pipeline", "p", schedulingv1alpha1.EventRepaired, "every stage has a worker again: Ready", time.Second), "Broken",
+		{"pipeline Broken, from a phase no Event tells", event("Pipeline", "p", schedulingv1alpha1.EventBroken, "placing again: third", 2*time.Minute),
+			"Broken 2m ago: placing again: third"},
+		{"pipeline Repaired names the new phase", event("Pipeline", "p", schedulingv1alpha1.EventRepaired, "every stage has a worker again: Ready", time.Second),
 			"Broken → Ready 1s ago: every stage has a worker again"},
-		{"waiting is no phase change", event("Pipeline", "p", schedulingv1alpha1.EventWaitingForCapacity, "stage third needs more", time.Second), "Broken",
+		{"waiting is no phase change", event("Pipeline", "p", schedulingv1alpha1.EventWaitingForCapacity, "stage third needs more", time.Second),
 			"WaitingForCapacity 1s ago: stage third needs more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var tr transition
 			if tt.event.InvolvedObject.Kind == "Pipeline" {
-				tr, _ = pipelineTransition(&tt.event, tt.prev)
+				tr = pipelineTransition(&tt.event)
 			} else {
 				tr = bindingTransitionOf(&tt.event)
 			}
@@ -426,7 +425,7 @@ func TestTransitions(t *testing.T) {
 func TestEventSeries(t *testing.T) {
 	e := event("Pipeline", "p", schedulingv1alpha1.EventWaitingForCapacity, "m", time.Minute)
 	e.Series = &corev1.EventSeries{Count: 3, LastObservedTime: metav1.NewMicroTime(now.Add(-10 * time.Second))}
-	tr, _ := pipelineTransition(&e, "")
+	tr := pipelineTransition(&e)
 	if got, want := tr.text(Renderer{}, now), "WaitingForCapacity 10s ago (x3): m"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}

@@ -3,6 +3,7 @@ package kubectlconveyor
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -108,11 +110,20 @@ func (o *output) human() (human, wide bool) {
 	return false, false
 }
 
-// print writes the objects as one v1 List through the printer -o names.
+// print writes the objects as one v1 List through the printer -o names; -o name, which prints no
+// lists, gets one object at a time, as kubectl get prints it.
 func (o *output) print(opts *Options, objs []client.Object) error {
-	printer, err := o.flags.ToPrinter()
+	printer, err := o.toPrinter()
 	if err != nil {
 		return err
+	}
+	if *o.flags.OutputFormat == "name" {
+		for _, obj := range objs {
+			if err := printer.PrintObj(obj, opts.Out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	list := &corev1.List{}
 	for _, obj := range objs {
@@ -126,6 +137,17 @@ func (o *output) validate() error {
 	if human, _ := o.human(); human {
 		return nil
 	}
-	_, err := o.flags.ToPrinter()
+	_, err := o.toPrinter()
 	return err
+}
+
+// toPrinter is the printer of -o; its error for an unknown format lists wide too.
+func (o *output) toPrinter() (printers.ResourcePrinter, error) {
+	p, err := o.flags.ToPrinter()
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		formats := append([]string{"wide"}, o.flags.AllowedFormats()...)
+		sort.Strings(formats)
+		return nil, fmt.Errorf("unable to match a printer suitable for the output format %q, allowed formats are: %s", *o.flags.OutputFormat, strings.Join(formats, ","))
+	}
+	return p, err
 }

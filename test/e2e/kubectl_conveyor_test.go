@@ -273,13 +273,16 @@ func runPluginErr(ctx context.Context, ns string, args ...string) (string, error
 var (
 	podIP    = regexp.MustCompile(`\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b`)
 	kwokNode = regexp.MustCompile(`\bkwok-node-\d+\b`)
+	podGone  = regexp.MustCompile(`worker Pod (\S+) (is gone or terminating|was replaced by a new Pod of the same name)`)
 )
 
-// normalise replaces what changes from run to run: the namespace, Pod IPs and node names (the
-// scheduler may pick either node).
+// normalise replaces what changes from run to run: the namespace, Pod IPs, node names (the
+// scheduler may pick either node), and which of the two ways a deleted worker is gone the binding
+// controller saw first: the old Pod terminating, or already its successor of the same name.
 func normalise(ns, out string) string {
 	out = strings.ReplaceAll(out, ns, "<namespace>")
 	out = podIP.ReplaceAllString(out, "<ip>")
+	out = podGone.ReplaceAllString(out, "worker Pod $1 <is gone or was replaced>")
 	return kwokNode.ReplaceAllString(out, "<node>")
 }
 
@@ -306,7 +309,8 @@ func golden(t *testing.T, name, ns, out string) {
 	}
 }
 
-// checkStructured checks -o json and -o yaml: one List holding every object the tables show.
+// checkStructured checks -o json and -o yaml (one List holding every object the tables show), -o
+// name, and the errors for an unknown format and an unknown pipeline.
 func checkStructured(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
 	// 3 classes, 3 pipelines, 9 bindings and their 9 Services, no autoscaler.
@@ -343,8 +347,12 @@ func checkStructured(ctx context.Context, t *testing.T, ns string) {
 			t.Errorf("get -o %s: kind %q with %v, want a List with %v", format, list.Kind, got, want)
 		}
 	}
-	if _, err := runPluginErr(ctx, ns, "get", "-o", "table"); err == nil || !strings.Contains(err.Error(), "allowed formats are") {
-		t.Errorf("get -o table: error %v, want the allowed formats", err)
+	names := strings.Fields(runPlugin(ctx, t, ns, "get", "-o", "name"))
+	if len(names) != 24 || names[0] != "workerclass.scheduling.conveyor.dev/blue" || names[23] != "service/third-third" {
+		t.Errorf("get -o name: %v, want the 24 objects from workerclass.scheduling.conveyor.dev/blue to service/third-third", names)
+	}
+	if _, err := runPluginErr(ctx, ns, "get", "-o", "table"); err == nil || !strings.Contains(err.Error(), "allowed formats are: go-template,") || !strings.Contains(err.Error(), ",wide,") {
+		t.Errorf("get -o table: error %v, want the allowed formats, wide among them", err)
 	}
 	if _, err := runPluginErr(ctx, ns, "describe", "pipeline", "fourth"); err == nil || !strings.Contains(err.Error(), `pipeline "fourth" not found`) {
 		t.Errorf("describe pipeline fourth: error %v, want not found", err)
