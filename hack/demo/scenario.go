@@ -228,7 +228,7 @@ func (d *demo) workerDies(ctx context.Context) error {
 	if worst == nil {
 		d.info("the repair was quicker than the demo looks (every 50 ms): it saw no Broken pipeline; the Events keep the story (below)")
 	} else {
-		d.step("Before the repair, %.1fs after the delete: the bindings on the old yellow-0 DeadEnd, their pipelines Broken", worstAt.Seconds())
+		d.step("Before the repair, %.1fs after the delete (the tables read when the most was broken): bindings on the old yellow-0 DeadEnd, pipelines Broken", worstAt.Seconds())
 		if err := printTables(worst); err != nil {
 			return err
 		}
