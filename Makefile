@@ -56,9 +56,15 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds and 
 		output:rbac:artifacts:config=charts/conveyor/files/rbac
 
 .PHONY: build
-build: ## Build every package and the binaries into ./bin.
+build: ## Build every package and the binaries into ./bin (conveyor-operator, conveyor-scheduler, kubectl-conveyor).
 	go build ./...
-	@for d in cmd/*/; do [ -f "$$d/main.go" ] && go build -o $(BIN)/conveyor-$$(basename $$d) ./$$d || true; done
+	@# cmd/<name> becomes bin/conveyor-<name>; a kubectl plugin (cmd/kubectl-<name>) keeps its name,
+	@# which kubectl finds on the PATH.
+	@for d in cmd/*/; do \
+		[ -f "$$d/main.go" ] || continue; \
+		name=$$(basename $$d); case $$name in kubectl-*) out=$$name ;; *) out=conveyor-$$name ;; esac; \
+		go build -o $(BIN)/$$out ./$$d; \
+	done
 
 .PHONY: fmt
 fmt: ## Format the code.

@@ -2,9 +2,12 @@
 // (kwokctl with the binaries in ./bin, simulated nodes, nothing downloaded), installs the Conveyor
 // CRDs from charts/conveyor/crds, runs the operator (in this process, serving custom.metrics.k8s.io
 // through the cluster's aggregator) and conveyor-scheduler (bin/conveyor-scheduler), and plays the
-// original scenario from examples/ step by step, printing the talk's tables as they change. Then
-// it deletes the cluster, or, with KEEP=1, keeps it running until it is interrupted and prints the
-// KUBECONFIG to use meanwhile.
+// original scenario from examples/ step by step, printing the talk's tables as they change (with
+// pkg/inspect, as `kubectl conveyor get` does): a pipeline Pending while the autoscaler adds a
+// worker, the bindings DeadEnd and the pipelines Broken when a worker dies, then repaired, and the
+// repair's history as `kubectl conveyor describe pipeline` tells it. Then it deletes the cluster,
+// or, with KEEP=1, keeps it running until it is interrupted and prints the KUBECONFIG and the
+// kubectl and `kubectl conveyor` commands to run meanwhile.
 //
 // Environment: CONVEYOR_BIN is the directory of the binaries (default: bin/ at the module root);
 // KEEP=1 keeps the cluster. Ctrl-C (SIGINT), SIGTERM and SIGHUP always delete the cluster.
@@ -13,6 +16,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -92,15 +96,17 @@ func run(ctx context.Context) int {
 		code = d.fail(err)
 	}
 	if !keep {
+		if err == nil {
+			d.info("`make demo KEEP=1` keeps the cluster running, to look at it with kubectl and `kubectl conveyor`")
+		}
 		return code
 	}
 	if err != nil {
 		d.step("The cluster keeps running for inspection (KEEP=1). In another shell:")
 	} else {
-		d.step("The cluster keeps running (KEEP=1). In another shell:")
+		d.step("The cluster keeps running (KEEP=1). In another shell, with bin/ on the PATH kubectl finds the plugin:")
 	}
-	fmt.Printf("\n    export KUBECONFIG=%s\n", c.Kubeconfig())
-	fmt.Printf("    %s get conveyor\n\n", filepath.Join(binDir, "kubectl"))
+	printCommands(os.Stdout, c.Kubeconfig(), binDir)
 	if logs := c.LogFiles(); len(logs) > 0 {
 		fmt.Printf("The component logs are in %s.\n", filepath.Dir(logs[len(logs)-1]))
 	}
@@ -119,6 +125,27 @@ func (d *demo) show(ctx context.Context) error {
 		return err
 	}
 	return d.scenario(ctx)
+}
+
+// printCommands prints what a user can run on the kept cluster: kubectl and the kubectl conveyor
+// plugin (bin/kubectl-conveyor, which `make build` builds), found on the PATH.
+func printCommands(w io.Writer, kubeconfig, binDir string) {
+	fmt.Fprintf(w, "\n    export KUBECONFIG=%s\n", kubeconfig)
+	fmt.Fprintf(w, "    export PATH=%s:$PATH\n\n", binDir)
+	for _, c := range [][2]string{
+		{"kubectl get conveyor", "every Conveyor object, with its printer columns"},
+		{"kubectl conveyor get", "the talk's tables: classes, pipelines, bindings, Services, autoscalers"},
+		{"kubectl conveyor get -o wide", "the same with more columns (-o yaml: the objects)"},
+		{"kubectl conveyor describe pipeline third", "third's stage DAG, workers, Services and its repair"},
+		{"kubectl conveyor top classes", "each class's capacity, load and the use of each worker"},
+		{"kubectl delete pod yellow-0", "kill a worker again, then describe a pipeline"},
+	} {
+		fmt.Fprintf(w, "    %-42s # %s\n", c[0], c[1])
+	}
+	fmt.Fprintln(w)
+	if _, err := os.Stat(filepath.Join(binDir, "kubectl-conveyor")); err != nil {
+		fmt.Fprintf(w, "(%s is missing: `make build` builds it.)\n", filepath.Join(binDir, "kubectl-conveyor"))
+	}
 }
 
 // keepFromEnv reads KEEP: empty or a boolean (0, 1, true, false).

@@ -6,16 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +21,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
+	"github.com/conveyor-dev/conveyor/pkg/inspect"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
@@ -140,7 +138,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		if err := c.Create(ctx, p); err != nil {
 			return fmt.Errorf("create pipeline %s: %w", p.Name, err)
 		}
-		if err := d.waitPipelines(ctx, map[string]schedulingv1alpha1.PipelinePhase{p.Name: schedulingv1alpha1.PipelineReady}); err != nil {
+		if err := d.waitReady(ctx, p.Name); err != nil {
 			return err
 		}
 		if err := d.tables(ctx); err != nil {
@@ -154,8 +152,51 @@ func (d *demo) scenario(ctx context.Context) error {
 	return d.loadDrops(ctx)
 }
 
+// pendingShown is how long a pipeline has to wait for capacity before the demo prints the tables
+// of that moment: the talk's Pending step, while the autoscaler adds a worker.
+const pendingShown = 2 * time.Second
+
+// waitReady waits for a new pipeline to be Ready. When it waits for capacity (Pending: green's
+// autoscaler has not added its worker yet), it prints the tables of that moment once.
+func (d *demo) waitReady(ctx context.Context, name string) error {
+	created := time.Now()
+	shown := false
+	return d.waitFor(ctx, "pipeline "+name+" Ready", func(ctx context.Context) (bool, string, error) {
+		s, err := inspect.Load(ctx, d.cluster.Client(), namespace, inspect.LoadOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		p := s.Pipeline(name)
+		if p == nil {
+			return false, "", fmt.Errorf("pipeline %s is gone", name)
+		}
+		if p.Status.Phase == schedulingv1alpha1.PipelineReady {
+			return true, "", nil
+		}
+		if !shown && p.Status.Phase == schedulingv1alpha1.PipelinePending && time.Since(created) >= pendingShown {
+			shown = true
+			d.info("%s is Pending: %s", name, conditionMessage(p, schedulingv1alpha1.PipelineSchedulable))
+			d.info("it holds no capacity meanwhile, but its request counts: the autoscaler of green sees it")
+			if err := printTables(s); err != nil {
+				return false, "", err
+			}
+		}
+		return false, fmt.Sprintf("%s is %s", name, p.Status.Phase), nil
+	})
+}
+
+// conditionMessage is the message of the pipeline's condition of that type.
+func conditionMessage(p *schedulingv1alpha1.Pipeline, typ string) string {
+	if c := meta.FindStatusCondition(p.Status.Conditions, typ); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
 // workerDies deletes a yellow worker and shows the pipelines repaired: their bindings on the old
-// Pod go DeadEnd, the pipelines Broken, and the stages are placed again on the new yellow-0.
+// Pod go DeadEnd, the pipelines Broken, and the stages are placed again on the new yellow-0. The
+// demo reads the tables every 50 ms meanwhile and prints the moment most of it was broken, then
+// the repaired tables, then the repair as `kubectl conveyor describe pipeline` tells it.
 func (d *demo) workerDies(ctx context.Context) error {
 	c := d.cluster.Client()
 	d.step("A yellow worker dies: kubectl delete pod yellow-0")
@@ -163,46 +204,110 @@ func (d *demo) workerDies(ctx context.Context) error {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "yellow-0"}, old); err != nil {
 		return err
 	}
+	deleted := time.Now()
 	if err := c.Delete(ctx, old); err != nil {
 		return err
 	}
 	d.info("the bindings on the old yellow-0 go DeadEnd, their pipelines Broken; the WorkerSet starts a new yellow-0")
 	d.info("and the stages are placed on it again")
-	if err := d.waitFor(ctx, "every pipeline Ready on the new yellow-0", func(ctx context.Context) (bool, string, error) {
-		bindings := &schedulingv1alpha1.PipelineBindingList{}
-		if err := c.List(ctx, bindings, client.InNamespace(namespace)); err != nil {
-			return false, "", err
-		}
-		for _, b := range bindings.Items {
-			if b.Spec.Class == "yellow" && (b.Status.PodUID == "" || b.Status.PodUID == old.UID || b.Status.Phase != schedulingv1alpha1.BindingReady) {
-				return false, fmt.Sprintf("%s is %s", b.Name, b.Status.Phase), nil
-			}
-		}
-		phases, err := d.phases(ctx)
+	var worst *inspect.Snapshot
+	worstScore, worstAt := 0, time.Duration(0)
+	err := d.waitForEvery(ctx, 50*time.Millisecond, "every pipeline Ready on the new yellow-0", func(ctx context.Context) (bool, string, error) {
+		s, err := inspect.Load(ctx, c, namespace, inspect.LoadOptions{})
 		if err != nil {
 			return false, "", err
 		}
-		for _, p := range phases {
-			if p != schedulingv1alpha1.PipelineReady {
-				return false, fmt.Sprint(phases), nil
-			}
+		if score := brokenness(s); score > worstScore {
+			worst, worstScore, worstAt = s, score, time.Since(deleted)
 		}
-		return true, "", nil
-	}); err != nil {
+		return repaired(s, old.UID)
+	})
+	if err != nil {
 		return err
 	}
-	events := &corev1.EventList{}
-	if err := c.List(ctx, events, client.InNamespace(namespace)); err == nil {
-		var broken []string
-		for _, e := range events.Items {
-			if e.Reason == string(schedulingv1alpha1.PipelineBroken) && e.InvolvedObject.Kind == "Pipeline" {
-				broken = append(broken, e.InvolvedObject.Name)
+	if worst == nil {
+		d.info("the repair was quicker than the demo looks (every 50 ms): it saw no Broken pipeline; the Events keep the story (below)")
+	} else {
+		d.step("Before the repair, %.1fs after the delete (the tables read when the most was broken): bindings on the old yellow-0 DeadEnd, pipelines Broken", worstAt.Seconds())
+		if err := printTables(worst); err != nil {
+			return err
+		}
+	}
+	d.step("Repaired: every pipeline Ready again, its yellow stage on the new yellow-0")
+	if err := d.tables(ctx); err != nil {
+		return err
+	}
+	return d.describeRepair(ctx, "third")
+}
+
+// brokenness scores how much of the scenario a snapshot shows broken: Broken pipelines and
+// DeadEnd or Unset bindings.
+func brokenness(s *inspect.Snapshot) int {
+	n := 0
+	for _, p := range s.Pipelines {
+		if p.Status.Phase == schedulingv1alpha1.PipelineBroken {
+			n++
+		}
+	}
+	for _, b := range s.Bindings {
+		if b.Status.Phase == schedulingv1alpha1.BindingDeadEnd || b.Status.Phase == schedulingv1alpha1.BindingUnset {
+			n++
+		}
+	}
+	return n
+}
+
+// repaired says whether every pipeline is Ready again with its yellow stage off the old Pod, and
+// every class's status counts its Ready workers again.
+func repaired(s *inspect.Snapshot, oldUID types.UID) (bool, string, error) {
+	for _, b := range s.Bindings {
+		if b.Spec.Class == "yellow" && (b.Status.PodUID == "" || b.Status.PodUID == oldUID || b.Status.Phase != schedulingv1alpha1.BindingReady) {
+			return false, fmt.Sprintf("%s is %s", b.Name, b.Status.Phase), nil
+		}
+	}
+	for _, p := range s.Pipelines {
+		if p.Status.Phase != schedulingv1alpha1.PipelineReady {
+			return false, fmt.Sprintf("%s is %s", p.Name, p.Status.Phase), nil
+		}
+	}
+	// The classes' status counts the new worker too, so the tables after the repair agree.
+	for _, u := range s.ClassUses() {
+		ready := int32(0)
+		for _, w := range u.Workers {
+			if w.State == "Ready" {
+				ready++
 			}
 		}
-		sort.Strings(broken)
-		d.info("Broken Events (kubectl get events --field-selector reason=Broken): %s", strings.Join(broken, ", "))
+		if u.Class.Status.Workers != ready {
+			return false, fmt.Sprintf("class %s counts %d workers, %d are Ready", u.Class.Name, u.Class.Status.Workers, ready), nil
+		}
 	}
-	return d.tables(ctx)
+	return true, "", nil
+}
+
+// describeRepair prints `kubectl conveyor describe pipeline NAME` once the pipeline's Repaired
+// Event is recorded.
+func (d *demo) describeRepair(ctx context.Context, name string) error {
+	var s *inspect.Snapshot
+	err := d.waitFor(ctx, "the Repaired Event of "+name, func(ctx context.Context) (bool, string, error) {
+		var err error
+		s, err = inspect.Load(ctx, d.cluster.Client(), namespace, inspect.LoadOptions{Pipeline: name, Events: true})
+		if err != nil {
+			return false, "", err
+		}
+		for _, e := range s.Events {
+			if e.InvolvedObject.Kind == "Pipeline" && e.InvolvedObject.Name == name && e.Reason == schedulingv1alpha1.EventRepaired {
+				return true, "", nil
+			}
+		}
+		return false, "no Repaired Event yet", nil
+	})
+	if err != nil {
+		return err
+	}
+	d.step("The repair as `kubectl conveyor describe pipeline %s` tells it, from the Events", name)
+	fmt.Println()
+	return inspect.Renderer{}.DescribePipeline(os.Stdout, s, name)
 }
 
 // loadDrops deletes two pipelines: the autoscaler scales green down and the drain keeps the last
@@ -252,26 +357,6 @@ func (d *demo) phases(ctx context.Context) (map[string]schedulingv1alpha1.Pipeli
 	return out, nil
 }
 
-func (d *demo) waitPipelines(ctx context.Context, want map[string]schedulingv1alpha1.PipelinePhase) error {
-	var names []string
-	for n := range want {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return d.waitFor(ctx, "pipelines "+strings.Join(names, ", ")+" Ready", func(ctx context.Context) (bool, string, error) {
-		phases, err := d.phases(ctx)
-		if err != nil {
-			return false, "", err
-		}
-		for n, p := range want {
-			if phases[n] != p {
-				return false, fmt.Sprint(phases), nil
-			}
-		}
-		return true, "", nil
-	})
-}
-
 func (d *demo) workersAtLeast(ctx context.Context, want map[string]int32) (bool, string, error) {
 	list := &schedulingv1alpha1.WorkerClassList{}
 	if err := d.cluster.Client().List(ctx, list, client.InNamespace(namespace)); err != nil {
@@ -289,11 +374,16 @@ func (d *demo) workersAtLeast(ctx context.Context, want map[string]int32) (bool,
 	return true, "", nil
 }
 
-// waitFor polls cond, printing a progress line every 5 seconds with what it last said.
+// waitFor polls cond every 250 ms, printing a progress line every 5 seconds with what it last said.
 func (d *demo) waitFor(ctx context.Context, what string, cond func(context.Context) (bool, string, error)) error {
+	return d.waitForEvery(ctx, 250*time.Millisecond, what, cond)
+}
+
+// waitForEvery is waitFor with another polling interval.
+func (d *demo) waitForEvery(ctx context.Context, interval time.Duration, what string, cond func(context.Context) (bool, string, error)) error {
 	start := time.Now()
 	last := time.Now()
-	return cluster.Poll(ctx, stepTimeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+	return cluster.Poll(ctx, stepTimeout, interval, func(ctx context.Context) (bool, error) {
 		ok, state, err := cond(ctx)
 		if err != nil || ok {
 			return ok, err
@@ -306,70 +396,17 @@ func (d *demo) waitFor(ctx context.Context, what string, cond func(context.Conte
 	})
 }
 
-// tables prints the talk's tables: WorkerClass, Pipeline, PipelineBinding, Service, HPA.
+// tables prints the talk's tables (WorkerClass, Pipeline, PipelineBinding, Service, HPA) as
+// `kubectl conveyor get` does: both render through pkg/inspect.
 func (d *demo) tables(ctx context.Context) error {
-	c := d.cluster.Client()
-	in := client.InNamespace(namespace)
-	classes := &schedulingv1alpha1.WorkerClassList{}
-	pipelines := &schedulingv1alpha1.PipelineList{}
-	bindings := &schedulingv1alpha1.PipelineBindingList{}
-	hpas := &autoscalingv2.HorizontalPodAutoscalerList{}
-	for _, l := range []client.ObjectList{classes, pipelines, bindings, hpas} {
-		if err := c.List(ctx, l, in); err != nil {
-			return err
-		}
+	s, err := inspect.Load(ctx, d.cluster.Client(), namespace, inspect.LoadOptions{})
+	if err != nil {
+		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "WorkerClass\tNAME\tCAPACITY\tREQUEST\tWORKERS")
-	for _, wc := range classes.Items {
-		fmt.Fprintf(w, "\t%s\t%d\t%d\t%d\n", wc.Name, wc.Spec.Capacity, wc.Status.RequestedDocumentsPerSecond, wc.Status.Workers)
-	}
-	fmt.Fprintln(w, "Pipeline\tNAME\tLOAD\tSTATUS")
-	for _, p := range pipelines.Items {
-		fmt.Fprintf(w, "\t%s\t%d\t%s\n", p.Name, p.Spec.DocumentsPerSecond, p.Status.Phase)
-	}
-	fmt.Fprintln(w, "PipelineBinding\tNAME\tSTATUS\tPOD")
-	for _, b := range bindings.Items {
-		fmt.Fprintf(w, "\t%s\t%s\t%s\n", b.Name, b.Status.Phase, b.Spec.Pod)
-	}
-	fmt.Fprintln(w, "Service\tNAME\tENDPOINTS")
-	for _, b := range bindings.Items {
-		fmt.Fprintf(w, "\t%s\t%s\n", b.Name, d.endpoints(ctx, b.Name))
-	}
-	// The classes' HPAs read workerclass_utilization, the whole percentage of the Ready workers'
-	// capacity that is requested, against targetUtilization: "67%" of "70%".
-	fmt.Fprintln(w, "HPA\tNAME\tTARGET\tACTUAL\tREPLICAS")
-	for _, h := range hpas.Items {
-		target, actual := "", "<unknown>"
-		if len(h.Spec.Metrics) > 0 && h.Spec.Metrics[0].Object != nil && h.Spec.Metrics[0].Object.Target.Value != nil {
-			target = h.Spec.Metrics[0].Object.Target.Value.String() + "%"
-		}
-		if len(h.Status.CurrentMetrics) > 0 && h.Status.CurrentMetrics[0].Object != nil && h.Status.CurrentMetrics[0].Object.Current.Value != nil {
-			actual = h.Status.CurrentMetrics[0].Object.Current.Value.String() + "%"
-		}
-		fmt.Fprintf(w, "\t%s\t%s\t%s\t%d\n", h.Name, target, actual, h.Status.CurrentReplicas)
-	}
-	return w.Flush()
+	return printTables(s)
 }
 
-// endpoints names the Pods the Service has ready endpoints for, as the EndpointSlice controller wrote them.
-func (d *demo) endpoints(ctx context.Context, svc string) string {
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := d.cluster.Client().List(ctx, slices, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
-		return "?"
-	}
-	var pods []string
-	for _, s := range slices.Items {
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				pods = append(pods, ep.TargetRef.Name)
-			}
-		}
-	}
-	if len(pods) == 0 {
-		return "<none>"
-	}
-	sort.Strings(pods)
-	return strings.Join(pods, ",")
+func printTables(s *inspect.Snapshot) error {
+	fmt.Println()
+	return inspect.Renderer{}.Tables(os.Stdout, s)
 }
