@@ -178,9 +178,22 @@ func metricTarget(h *autoscalingv2.HorizontalPodAutoscaler) string {
 	case t.AverageValue != nil:
 		return t.AverageValue.String()
 	case t.Value != nil:
-		return t.Value.String()
+		return t.Value.String() + percentOf(h)
 	}
 	return "<none>"
+}
+
+// utilizationMetric is pipeline.MetricUtilization (a test keeps them equal), named here so the
+// plugin does not link the controllers.
+const utilizationMetric = "workerclass_utilization"
+
+// percentOf is "%" when the HPA's first metric is the classes' utilization, a whole percentage,
+// and "" otherwise.
+func percentOf(h *autoscalingv2.HorizontalPodAutoscaler) string {
+	if len(h.Spec.Metrics) > 0 && h.Spec.Metrics[0].Object != nil && h.Spec.Metrics[0].Object.Metric.Name == utilizationMetric {
+		return "%"
+	}
+	return ""
 }
 
 func metricCurrent(h *autoscalingv2.HorizontalPodAutoscaler) string {
@@ -202,7 +215,7 @@ func metricCurrent(h *autoscalingv2.HorizontalPodAutoscaler) string {
 	case c.AverageValue != nil && (t == nil || t.AverageValue != nil || c.Value == nil):
 		return c.AverageValue.String()
 	case c.Value != nil:
-		return c.Value.String()
+		return c.Value.String() + percentOf(h)
 	}
 	return "<unknown>"
 }

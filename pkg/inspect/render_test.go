@@ -17,6 +17,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -367,11 +368,17 @@ func TestAutoscalerNumbers(t *testing.T) {
 	value.Spec.Metrics[0].Object.Target = autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: ptr.To(resource.MustParse("30"))}
 	value.Status.CurrentMetrics = []autoscalingv2.MetricStatus{{Type: autoscalingv2.ObjectMetricSourceType,
 		Object: &autoscalingv2.ObjectMetricStatus{Current: autoscalingv2.MetricValueStatus{Value: ptr.To(resource.MustParse("20"))}}}}
+	// The classes' own autoscalers: the whole percentage against targetUtilization.
+	classHPA := *value.DeepCopy()
+	classHPA.Spec.Metrics[0].Object.Metric.Name = pipeline.MetricUtilization
+	classHPA.Spec.Metrics[0].Object.Target.Value = ptr.To(resource.MustParse("70"))
+	classHPA.Status.CurrentMetrics[0].Object.Current.Value = ptr.To(resource.MustParse("67"))
 	tests := []struct {
 		name                string
 		hpa                 autoscalingv2.HorizontalPodAutoscaler
 		target, currentWant string
 	}{
+		{"a class's utilization", classHPA, "70%", "67%"},
 		{"average value, read", hpa("green", "10500m", "3334m", 3), "10500m", "3334m"},
 		{"average value, not read yet", hpa("green", "10500m", "", 1), "10500m", "<unknown>"},
 		{"utilisation", utilization(70, 48), "70%", "48%"},

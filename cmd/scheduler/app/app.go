@@ -11,12 +11,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/configz"
+	kubeschedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
 	// leader_election_master_status{name=<the Lease>} on /metrics, as controller-runtime serves it
 	// for the operator: the chart's ConveyorSchedulerNoLeader alert reads it. kube-scheduler itself
 	// does not register it.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
-	kubeschedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin"
 )
