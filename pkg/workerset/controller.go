@@ -280,7 +280,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // allInvalid says every write error in err is the API server's Invalid (422): the object written
 // breaks its validation, so the same write fails until the spec that made it changes.
 func allInvalid(err error) bool {
-	switch e := err.(type) {
+	switch e := err.(type) { //nolint:errorlint // walks the whole error tree itself, unlike errors.As
+
 	case nil:
 		return false
 	case interface{ Unwrap() []error }:

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,31 +134,35 @@ func Watch(ctx context.Context, c client.WithWatch, ns string, m *Monitor) (<-ch
 		if err != nil {
 			return nil, err
 		}
-		go func(feed func(watch.EventType, runtime.Object, time.Time)) {
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						if ctx.Err() == nil {
-							errs <- fmt.Errorf("the watch of %T ended", k.list)
-						}
-						return
-					}
-					switch ev.Type {
-					case watch.Added, watch.Modified, watch.Deleted:
-						feed(ev.Type, ev.Object, time.Now())
-					case watch.Error:
-						errs <- fmt.Errorf("the watch of %T failed: %v", k.list, apierrors.FromObject(ev.Object))
-						return
-					}
-				}
-			}
-		}(k.feed)
+		go pump(ctx, w, k.list, k.feed, errs)
 	}
 	return errs, nil
+}
+
+// pump feeds the events of one watch to the monitor until ctx ends; an end or error of the watch
+// goes to errs.
+func pump(ctx context.Context, w watch.Interface, list client.ObjectList, feed func(watch.EventType, runtime.Object, time.Time), errs chan<- error) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				if ctx.Err() == nil {
+					errs <- fmt.Errorf("the watch of %T ended", list)
+				}
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				feed(ev.Type, ev.Object, time.Now())
+			case watch.Error:
+				errs <- fmt.Errorf("the watch of %T failed: %w", list, apierrors.FromObject(ev.Object))
+				return
+			}
+		}
+	}
 }
 
 // watcher adapts a controller-runtime client to the RetryWatcher.
@@ -250,30 +256,29 @@ func Kill(ctx context.Context, c client.Client, cfg Config, m *Monitor, watchErr
 	return deleted, nil
 }
 
-// killOne deletes one random live worker Pod; false when the Pod chosen was gone or replaced
-// already, or there was none.
+// killOne deletes one random live worker Pod, as the monitor's watch shows them (sorted by name,
+// so a seed picks the same ordinals on the same cluster state); false when the Pod chosen was gone
+// or replaced already, or there was none.
 func killOne(ctx context.Context, c client.Client, ns string, rng *rand.Rand, m *Monitor) (bool, error) {
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{schedulingv1alpha1.WorkerClassLabel}); err != nil {
-		return false, err
-	}
-	var live []*corev1.Pod
-	for i := range pods.Items {
-		if pods.Items[i].DeletionTimestamp == nil {
-			live = append(live, &pods.Items[i])
-		}
-	}
+	live := m.LivePods()
 	if len(live) == 0 {
 		return false, nil
 	}
-	pod := live[rng.IntN(len(live))]
+	uids := make([]types.UID, 0, len(live))
+	for uid := range live {
+		uids = append(uids, uid)
+	}
+	slices.SortFunc(uids, func(a, b types.UID) int { return strings.Compare(live[a]+string(a), live[b]+string(b)) })
+	uid := uids[rng.IntN(len(uids))]
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: live[uid], UID: uid}}
 	at := time.Now()
-	err := c.Delete(ctx, pod, client.Preconditions{UID: ptrUID(pod.UID)})
+	err := c.Delete(ctx, pod, client.Preconditions{UID: ptrUID(uid)})
 	switch {
 	case err == nil:
-		m.OnDelete(pod.UID, at)
+		m.OnDelete(uid, at)
 		return true, nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		m.skip(uid) // gone or replaced already: not counted, not chosen again
 		return false, nil
 	default:
 		return false, fmt.Errorf("delete Pod %s: %w", pod.Name, err)
@@ -315,10 +320,13 @@ func Run(ctx context.Context, c client.WithWatch, cfg Config) (Result, error) {
 		return m.Result(time.Now()), fmt.Errorf("before the chaos: %w", err)
 	}
 	logf("chaos: every pipeline Ready after %s; deleting a worker Pod every %s for %s", time.Since(started).Round(time.Millisecond), cfg.Interval, cfg.Duration)
-	if _, err := Kill(ctx, c, cfg, m, watchErrs); err != nil {
+	killStart := time.Now()
+	_, err = Kill(ctx, c, cfg, m, watchErrs)
+	stopped := time.Now()
+	m.SetKillElapsed(stopped.Sub(killStart))
+	if err != nil {
 		return m.Result(time.Now()), fmt.Errorf("during the chaos: %w", err)
 	}
-	stopped := time.Now()
 	logf("chaos: deletions stopped; waiting for every pipeline to be Ready again")
 	if err := WaitConverged(ctx, m, cfg.Pipelines, watchErrs); err != nil {
 		return m.Result(time.Now()), fmt.Errorf("after the chaos: %w", err)
@@ -361,13 +369,18 @@ func (r Result) Summary() string {
 	if n := len(r.StaleDurations); n > 0 {
 		maxStale = r.StaleDurations[n-1]
 	}
-	return fmt.Sprintf("%d worker Pods deleted, %d pipelines, %d bindings, %d watch events checked; "+
+	rate := 0.0
+	if r.KillElapsed > 0 {
+		rate = float64(r.Deletions) / r.KillElapsed.Seconds()
+	}
+	return fmt.Sprintf("%d worker Pods deleted in %s (%.2f a second), %d pipelines, %d bindings, %d watch events checked; "+
 		"%d repairs: time to repair p50 %s, p90 %s, p99 %s, max %s; "+
-		"%d bindings named a gone Pod, for at most %s (p50 %s, p99 %s); "+
+		"%d bindings named a gone Pod, for at most %s (p50 %s, p99 %s; to DeadEnd p50 %s p99 %s, DeadEnd to moved p50 %s p99 %s); "+
 		"workers over capacity: %d (highest load/capacity seen %.2f); bindings without podUID: %d; repairs outstanding: %d",
-		r.Deletions, r.Pipelines, r.Bindings, r.Events,
+		r.Deletions, r.KillElapsed.Round(time.Second), rate, r.Pipelines, r.Bindings, r.Events,
 		len(r.Repairs), rnd(Percentile(r.Repairs, 50)), rnd(Percentile(r.Repairs, 90)), rnd(Percentile(r.Repairs, 99)), rnd(Percentile(r.Repairs, 100)),
 		len(r.StaleDurations), rnd(maxStale), rnd(Percentile(r.StaleDurations, 50)), rnd(Percentile(r.StaleDurations, 99)),
+		rnd(Percentile(r.ToDeadEnd, 50)), rnd(Percentile(r.ToDeadEnd, 99)), rnd(Percentile(r.ToReplace, 50)), rnd(Percentile(r.ToReplace, 99)),
 		len(r.OverCapacity), r.MaxLoadRatio, len(r.MissingPodUID), r.Unrepaired)
 }
 

@@ -58,13 +58,17 @@ type Monitor struct {
 	load      map[types.UID]int32
 	byUID     map[types.UID]map[string]bool // Pod UID → names of the bindings that name it
 	deleted   map[types.UID]time.Time       // Pods the run deleted → when
+	skipped   map[types.UID]bool            // Pods the run found gone before it deleted them
 
 	events         int
 	deletions      int
+	killElapsed    time.Duration
 	overCapacity   []Violation
 	staleTooLong   []Violation
 	missingUID     []Violation
 	staleDurations []time.Duration
+	toDeadEnd      []time.Duration // stale binding: from the Pod's going to its DeadEnd status
+	toReplace      []time.Duration // stale binding: from its DeadEnd status to a new spec.podUID
 	repairs        []time.Duration
 	maxLoadRatio   float64
 }
@@ -82,6 +86,7 @@ type bindingState struct {
 	uid        types.UID
 	load       int32
 	staleSince time.Time // zero: not stale
+	deadAt     time.Time // when its status first showed DeadEnd while stale
 	flagged    bool      // reported as stale too long
 }
 
@@ -109,6 +114,7 @@ func NewMonitor(capacity map[string]int32, staleBound time.Duration) *Monitor {
 		load:       map[types.UID]int32{},
 		byUID:      map[types.UID]map[string]bool{},
 		deleted:    map[types.UID]time.Time{},
+		skipped:    map[types.UID]bool{},
 	}
 }
 
@@ -144,6 +150,20 @@ func (m *Monitor) OnDelete(uid types.UID, at time.Time) {
 	}
 }
 
+// skip keeps a Pod the run found gone already out of LivePods.
+func (m *Monitor) skip(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.skipped[uid] = true
+}
+
+// SetKillElapsed records how long the deletions took.
+func (m *Monitor) SetKillElapsed(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.killElapsed = d
+}
+
 // OnBinding takes a watch event of a PipelineBinding.
 func (m *Monitor) OnBinding(t watch.EventType, b *schedulingv1alpha1.PipelineBinding, now time.Time) {
 	m.mu.Lock()
@@ -167,7 +187,7 @@ func (m *Monitor) OnBinding(t watch.EventType, b *schedulingv1alpha1.PipelineBin
 	}
 	cur := &bindingState{pipeline: b.Spec.Pipeline, class: b.Spec.Class, pod: b.Spec.Pod, uid: b.Spec.PodUID, load: b.Spec.DocumentsPerSecond}
 	if old != nil && old.uid == cur.uid {
-		cur.staleSince, cur.flagged = old.staleSince, old.flagged
+		cur.staleSince, cur.deadAt, cur.flagged = old.staleSince, old.deadAt, old.flagged
 	} else if old != nil {
 		m.endStale(old, now)
 	}
@@ -177,33 +197,42 @@ func (m *Monitor) OnBinding(t watch.EventType, b *schedulingv1alpha1.PipelineBin
 		m.missingUID = append(m.missingUID, Violation{now, "binding without podUID", fmt.Sprintf("%s names Pod %s but no podUID", b.Name, cur.pod)})
 	}
 	if cur.uid != "" {
-		if m.byUID[cur.uid] == nil {
-			m.byUID[cur.uid] = map[string]bool{}
-		}
-		m.byUID[cur.uid][b.Name] = true
-		m.load[cur.uid] += cur.load
-		if capacity := m.capacity[cur.class]; capacity > 0 {
-			if r := float64(m.load[cur.uid]) / float64(capacity); r > m.maxLoadRatio {
-				m.maxLoadRatio = r
-			}
-			if m.load[cur.uid] > capacity {
-				m.overCapacity = append(m.overCapacity, Violation{now, "worker over capacity",
-					fmt.Sprintf("Pod %s (UID %s) holds %d documents/s of class %s, capacity %d, after binding %s (resourceVersion %s)",
-						cur.pod, cur.uid, m.load[cur.uid], cur.class, capacity, b.Name, b.ResourceVersion)})
-			}
-		}
-		if cur.staleSince.IsZero() {
-			if since, gone := m.goneSince(cur.uid); gone {
-				// Written onto a Pod already gone: stale from this write.
-				cur.staleSince = later(since, now)
-			}
-		}
-		if at, ok := m.deleted[cur.uid]; ok {
-			m.affect(cur.pipeline, cur.uid, at)
-		}
+		m.hold(cur, b, now)
 	}
 	m.evaluate(cur.pipeline, now)
 	m.check(now)
+}
+
+// hold records a placed binding's load on its Pod UID, checks the capacity, and tracks whether the
+// Pod is gone.
+func (m *Monitor) hold(cur *bindingState, b *schedulingv1alpha1.PipelineBinding, now time.Time) {
+	if m.byUID[cur.uid] == nil {
+		m.byUID[cur.uid] = map[string]bool{}
+	}
+	m.byUID[cur.uid][b.Name] = true
+	m.load[cur.uid] += cur.load
+	if capacity := m.capacity[cur.class]; capacity > 0 {
+		if r := float64(m.load[cur.uid]) / float64(capacity); r > m.maxLoadRatio {
+			m.maxLoadRatio = r
+		}
+		if m.load[cur.uid] > capacity {
+			m.overCapacity = append(m.overCapacity, Violation{now, "worker over capacity",
+				fmt.Sprintf("Pod %s (UID %s) holds %d documents/s of class %s, capacity %d, after binding %s (resourceVersion %s)",
+					cur.pod, cur.uid, m.load[cur.uid], cur.class, capacity, b.Name, b.ResourceVersion)})
+		}
+	}
+	if cur.staleSince.IsZero() {
+		if since, gone := m.goneSince(cur.uid); gone {
+			// Written onto a Pod already gone: stale from this write.
+			cur.staleSince = later(since, now)
+		}
+	}
+	if at, ok := m.deleted[cur.uid]; ok {
+		m.affect(cur.pipeline, cur.uid, at)
+	}
+	if !cur.staleSince.IsZero() && cur.deadAt.IsZero() && b.Status.Phase == schedulingv1alpha1.BindingDeadEnd {
+		cur.deadAt = now
+	}
 }
 
 // OnPipeline takes a watch event of a Pipeline.
@@ -263,6 +292,10 @@ func (m *Monitor) markStale(uid types.UID, at time.Time) {
 func (m *Monitor) endStale(b *bindingState, now time.Time) {
 	if !b.staleSince.IsZero() {
 		m.staleDurations = append(m.staleDurations, now.Sub(b.staleSince))
+		if !b.deadAt.IsZero() {
+			m.toDeadEnd = append(m.toDeadEnd, b.deadAt.Sub(b.staleSince))
+			m.toReplace = append(m.toReplace, now.Sub(b.deadAt))
+		}
 		m.flagStale(b, now)
 	}
 }
@@ -328,6 +361,20 @@ func (m *Monitor) check(now time.Time) {
 	}
 }
 
+// LivePods are the worker Pods the watch shows that are not gone (nor deleted by the run), by UID
+// and name, in no particular order.
+func (m *Monitor) LivePods() map[types.UID]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[types.UID]string{}
+	for uid, p := range m.pods {
+		if _, deleted := m.deleted[uid]; !p.gone && !deleted && !m.skipped[uid] {
+			out[uid] = p.name
+		}
+	}
+	return out
+}
+
 // Converged says whether the run has settled: the wanted number of pipelines, all healthy (Ready,
 // every binding on a Pod that is not gone), and no repair outstanding. When not, it says why.
 func (m *Monitor) Converged(pipelines int) (bool, string) {
@@ -357,12 +404,15 @@ func (m *Monitor) Converged(pipelines int) (bool, string) {
 type Result struct {
 	Events         int
 	Deletions      int
+	KillElapsed    time.Duration // from the first deletion's tick to the last deletion
 	Pipelines      int
 	Bindings       int
 	Repairs        []time.Duration // one per (deletion, affected pipeline), sorted
 	Unrepaired     int             // (deletion, pipeline) pairs not repaired yet
 	StaleDurations []time.Duration // how long each stale binding named a gone Pod, sorted
 	StaleNow       int             // bindings naming a gone Pod right now
+	ToDeadEnd      []time.Duration // of the stale bindings that moved: from the Pod's going to DeadEnd, sorted
+	ToReplace      []time.Duration // and from DeadEnd to naming another Pod, sorted
 	MaxLoadRatio   float64         // the highest load / capacity of any worker at any event
 	OverCapacity   []Violation
 	StaleTooLong   []Violation
@@ -375,9 +425,11 @@ func (m *Monitor) Result(now time.Time) Result {
 	defer m.mu.Unlock()
 	m.check(now)
 	r := Result{
-		Events: m.events, Deletions: m.deletions, Pipelines: len(m.pipelines), Bindings: len(m.bindings),
+		Events: m.events, Deletions: m.deletions, KillElapsed: m.killElapsed, Pipelines: len(m.pipelines), Bindings: len(m.bindings),
 		Repairs:        slices.Clone(m.repairs),
 		StaleDurations: slices.Clone(m.staleDurations),
+		ToDeadEnd:      slices.Clone(m.toDeadEnd),
+		ToReplace:      slices.Clone(m.toReplace),
 		MaxLoadRatio:   m.maxLoadRatio,
 		OverCapacity:   slices.Clone(m.overCapacity),
 		StaleTooLong:   slices.Clone(m.staleTooLong),
@@ -394,6 +446,8 @@ func (m *Monitor) Result(now time.Time) Result {
 	}
 	slices.Sort(r.Repairs)
 	slices.Sort(r.StaleDurations)
+	slices.Sort(r.ToDeadEnd)
+	slices.Sort(r.ToReplace)
 	return r
 }
 
