@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +61,7 @@ func main() {
 	flag.IntVar(&nodes, "nodes", 2, "Simulated nodes.")
 	flag.BoolVar(&unlimited, "unlimited", true, "Start the cluster with kwokctl --disable-qps-limits.")
 	flag.DurationVar(&timeout, "timeout", 30*time.Minute, "Give up after this long.")
+	flag.StringVar(&operatorLog, "operator-log", "", "Write the operator's log (verbosity 2) to this file; empty discards it.")
 	flag.Parse()
 	cfg.Capacity, cfg.Spare = int32(*capacity), int32(*spare)
 	cfg.Classes = []string{"blue", "green", "yellow"}
@@ -93,6 +95,9 @@ func main() {
 	}
 	fmt.Println("PASS")
 }
+
+// operatorLog is where the operator logs; empty discards its log.
+var operatorLog string
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
@@ -131,8 +136,16 @@ func run(ctx context.Context, cfg chaos.Config, nodes int, unlimited bool, grace
 // startOperator runs the operator's controllers in this process as cmd/operator does by default:
 // client QPS 200 and burst 400, WorkerSet concurrency 5, pipeline concurrency 16.
 func startOperator(c *cluster.Cluster, ns string, grace time.Duration) (func(), error) {
-	ctrl.SetLogger(logr.Discard())
-	klog.SetLogger(logr.Discard())
+	logger := logr.Discard()
+	if operatorLog != "" {
+		f, err := os.Create(operatorLog)
+		if err != nil {
+			return nil, err
+		}
+		logger = textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(2), textlogger.Output(f)))
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
 	restCfg := c.RESTConfig()
 	restCfg.QPS, restCfg.Burst = 200, 400
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{

@@ -14,8 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -221,16 +220,55 @@ func WaitConverged(ctx context.Context, m *Monitor, pipelines int, watchErrs <-c
 	}
 }
 
-// Kill deletes Deletions() random worker Pods of the namespace (Pods with the WorkerClass label
-// that are not terminating, chosen with rng), one every cfg.Interval, telling the monitor of each
-// deletion, and calls m.Tick in between. A Pod that went or was replaced between the list and the
-// delete is not counted, and another is chosen at once. It returns the number of Pods deleted.
+// Kill deletes Deletions() random worker Pods of the namespace (Pods the watch shows alive and
+// not being deleted, chosen with rng), one every cfg.Interval, telling the monitor of each
+// deletion, and calls m.Tick in between. Each delete request runs on its own, so a slow API server
+// does not slow the deletions down. A Pod that went or was replaced between the choice and the
+// delete is not counted, and another is chosen at the next tick. It returns the number of Pods
+// deleted.
 func Kill(ctx context.Context, c client.Client, cfg Config, m *Monitor, watchErrs <-chan error) (int, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 2))
 	ticker := time.NewTicker(cfg.Interval)
 	defer ticker.Stop()
-	deleted := 0
-	for deleted < cfg.Deletions() {
+	var (
+		mu       sync.Mutex
+		deleted  int
+		inFlight int
+		failure  error
+		wg       sync.WaitGroup
+	)
+	defer wg.Wait()
+	for {
+		mu.Lock()
+		done, err := deleted >= cfg.Deletions(), failure
+		launch := deleted+inFlight < cfg.Deletions()
+		if launch {
+			inFlight++
+		}
+		mu.Unlock()
+		if err != nil {
+			return deleted, err
+		}
+		if done {
+			return deleted, nil
+		}
+		if launch {
+			wg.Go(func() {
+				ok, err := killOne(ctx, c, cfg.Namespace, rng, m)
+				mu.Lock()
+				defer mu.Unlock()
+				inFlight--
+				if ok {
+					deleted++
+					if cfg.Logf != nil && deleted%30 == 0 {
+						cfg.Logf("chaos: %d worker Pods deleted", deleted)
+					}
+				}
+				if err != nil && failure == nil {
+					failure = err
+				}
+			})
+		}
 		select {
 		case err := <-watchErrs:
 			return deleted, err
@@ -238,39 +276,19 @@ func Kill(ctx context.Context, c client.Client, cfg Config, m *Monitor, watchErr
 			return deleted, context.Cause(ctx)
 		case <-ticker.C:
 		}
-		for {
-			ok, err := killOne(ctx, c, cfg.Namespace, rng, m)
-			if err != nil {
-				return deleted, err
-			}
-			if ok {
-				deleted++
-				break
-			}
-		}
 		m.Tick(time.Now())
-		if cfg.Logf != nil && deleted%30 == 0 {
-			cfg.Logf("chaos: %d worker Pods deleted", deleted)
-		}
 	}
-	return deleted, nil
 }
 
 // killOne deletes one random live worker Pod, as the monitor's watch shows them (sorted by name,
 // so a seed picks the same ordinals on the same cluster state); false when the Pod chosen was gone
 // or replaced already, or there was none.
 func killOne(ctx context.Context, c client.Client, ns string, rng *rand.Rand, m *Monitor) (bool, error) {
-	live := m.LivePods()
-	if len(live) == 0 {
+	uid, name, ok := m.choose(rng)
+	if !ok {
 		return false, nil
 	}
-	uids := make([]types.UID, 0, len(live))
-	for uid := range live {
-		uids = append(uids, uid)
-	}
-	slices.SortFunc(uids, func(a, b types.UID) int { return strings.Compare(live[a]+string(a), live[b]+string(b)) })
-	uid := uids[rng.IntN(len(uids))]
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: live[uid], UID: uid}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid}}
 	at := time.Now()
 	err := c.Delete(ctx, pod, client.Preconditions{UID: ptrUID(uid)})
 	switch {
@@ -278,7 +296,7 @@ func killOne(ctx context.Context, c client.Client, ns string, rng *rand.Rand, m 
 		m.OnDelete(uid, at)
 		return true, nil
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		m.skip(uid) // gone or replaced already: not counted, not chosen again
+		// Gone or replaced already: not counted, and not chosen again.
 		return false, nil
 	default:
 		return false, fmt.Errorf("delete Pod %s: %w", pod.Name, err)
@@ -376,11 +394,13 @@ func (r Result) Summary() string {
 	return fmt.Sprintf("%d worker Pods deleted in %s (%.2f a second), %d pipelines, %d bindings, %d watch events checked; "+
 		"%d repairs: time to repair p50 %s, p90 %s, p99 %s, max %s; "+
 		"%d bindings named a gone Pod, for at most %s (p50 %s, p99 %s; to DeadEnd p50 %s p99 %s, DeadEnd to moved p50 %s p99 %s); "+
+		"a deleted Pod Ready again under its name after p50 %s, p99 %s, at most %d worker Pods down at once, %d Pods gone that the run did not delete; "+
 		"workers over capacity: %d (highest load/capacity seen %.2f); bindings without podUID: %d; repairs outstanding: %d",
 		r.Deletions, r.KillElapsed.Round(time.Second), rate, r.Pipelines, r.Bindings, r.Events,
 		len(r.Repairs), rnd(Percentile(r.Repairs, 50)), rnd(Percentile(r.Repairs, 90)), rnd(Percentile(r.Repairs, 99)), rnd(Percentile(r.Repairs, 100)),
 		len(r.StaleDurations), rnd(maxStale), rnd(Percentile(r.StaleDurations, 50)), rnd(Percentile(r.StaleDurations, 99)),
 		rnd(Percentile(r.ToDeadEnd, 50)), rnd(Percentile(r.ToDeadEnd, 99)), rnd(Percentile(r.ToReplace, 50)), rnd(Percentile(r.ToReplace, 99)),
+		rnd(Percentile(r.PodReplaced, 50)), rnd(Percentile(r.PodReplaced, 99)), r.MaxNotReady, r.ForeignDeletions,
 		len(r.OverCapacity), r.MaxLoadRatio, len(r.MissingPodUID), r.Unrepaired)
 }
 

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +60,8 @@ type Monitor struct {
 	load      map[types.UID]int32
 	byUID     map[types.UID]map[string]bool // Pod UID → names of the bindings that name it
 	deleted   map[types.UID]time.Time       // Pods the run deleted → when
-	skipped   map[types.UID]bool            // Pods the run found gone before it deleted them
+	chosen    map[types.UID]bool            // Pods the run chose to delete
+	replacing map[string]time.Time          // Pod name → when the run deleted the Pod of that name
 
 	events         int
 	deletions      int
@@ -69,12 +72,16 @@ type Monitor struct {
 	staleDurations []time.Duration
 	toDeadEnd      []time.Duration // stale binding: from the Pod's going to its DeadEnd status
 	toReplace      []time.Duration // stale binding: from its DeadEnd status to a new spec.podUID
+	podReplaced    []time.Duration // a deleted Pod: from the deletion to a Ready Pod of its name
+	maxNotReady    int             // the most worker Pods not Ready (or missing) at once, as seen
+	foreign        int             // worker Pods that went without the run deleting them
 	repairs        []time.Duration
 	maxLoadRatio   float64
 }
 
 type podState struct {
 	name   string
+	ready  bool
 	gone   bool
 	goneAt time.Time
 }
@@ -114,7 +121,8 @@ func NewMonitor(capacity map[string]int32, staleBound time.Duration) *Monitor {
 		load:       map[types.UID]int32{},
 		byUID:      map[types.UID]map[string]bool{},
 		deleted:    map[types.UID]time.Time{},
-		skipped:    map[types.UID]bool{},
+		chosen:     map[types.UID]bool{},
+		replacing:  map[string]time.Time{},
 	}
 }
 
@@ -134,8 +142,44 @@ func (m *Monitor) OnPod(t watch.EventType, pod *corev1.Pod, now time.Time) {
 	if (t == watch.Deleted || pod.DeletionTimestamp != nil) && !p.gone {
 		p.gone, p.goneAt = true, now
 		m.markStale(pod.UID, now)
+		if _, byRun := m.deleted[pod.UID]; !byRun && !m.chosen[pod.UID] {
+			m.foreign++
+		}
 	}
+	p.ready = !p.gone && podReady(pod)
+	if at, ok := m.replacing[pod.Name]; ok && p.ready {
+		m.podReplaced = append(m.podReplaced, now.Sub(at))
+		delete(m.replacing, pod.Name)
+	}
+	m.countNotReady()
 	m.check(now)
+}
+
+// countNotReady updates the most worker Pods seen missing or not Ready at once: by name, a name is
+// down while no Pod of that name is Ready.
+func (m *Monitor) countNotReady() {
+	names, ready := map[string]bool{}, map[string]bool{}
+	for _, p := range m.pods {
+		names[p.name] = true
+		if p.ready {
+			ready[p.name] = true
+		}
+	}
+	if down := len(names) - len(ready); down > m.maxNotReady {
+		m.maxNotReady = down
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // OnDelete records that the run deleted the Pod at the given time (taken before the request).
@@ -144,17 +188,13 @@ func (m *Monitor) OnDelete(uid types.UID, at time.Time) {
 	defer m.mu.Unlock()
 	m.deletions++
 	m.deleted[uid] = at
+	if p := m.pods[uid]; p != nil {
+		m.replacing[p.name] = at
+	}
 	m.markStale(uid, at)
 	for name := range m.byUID[uid] {
 		m.affect(m.bindings[name].pipeline, uid, at)
 	}
-}
-
-// skip keeps a Pod the run found gone already out of LivePods.
-func (m *Monitor) skip(uid types.UID) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.skipped[uid] = true
 }
 
 // SetKillElapsed records how long the deletions took.
@@ -361,18 +401,27 @@ func (m *Monitor) check(now time.Time) {
 	}
 }
 
-// LivePods are the worker Pods the watch shows that are not gone (nor deleted by the run), by UID
-// and name, in no particular order.
-func (m *Monitor) LivePods() map[types.UID]string {
+// choose picks, with rng, one of the worker Pods the watch shows that are not gone, not deleted
+// by the run and not chosen before (the Pods sorted by name and UID, so a seed picks the same
+// ordinals from the same state). A chosen Pod is never chosen again.
+func (m *Monitor) choose(rng *rand.Rand) (types.UID, string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[types.UID]string{}
+	var uids []types.UID
 	for uid, p := range m.pods {
-		if _, deleted := m.deleted[uid]; !p.gone && !deleted && !m.skipped[uid] {
-			out[uid] = p.name
+		if _, deleted := m.deleted[uid]; !p.gone && !deleted && !m.chosen[uid] {
+			uids = append(uids, uid)
 		}
 	}
-	return out
+	if len(uids) == 0 {
+		return "", "", false
+	}
+	slices.SortFunc(uids, func(a, b types.UID) int {
+		return strings.Compare(m.pods[a].name+"/"+string(a), m.pods[b].name+"/"+string(b))
+	})
+	uid := uids[rng.IntN(len(uids))]
+	m.chosen[uid] = true
+	return uid, m.pods[uid].name, true
 }
 
 // Converged says whether the run has settled: the wanted number of pipelines, all healthy (Ready,
@@ -413,10 +462,15 @@ type Result struct {
 	StaleNow       int             // bindings naming a gone Pod right now
 	ToDeadEnd      []time.Duration // of the stale bindings that moved: from the Pod's going to DeadEnd, sorted
 	ToReplace      []time.Duration // and from DeadEnd to naming another Pod, sorted
-	MaxLoadRatio   float64         // the highest load / capacity of any worker at any event
-	OverCapacity   []Violation
-	StaleTooLong   []Violation
-	MissingPodUID  []Violation
+	PodReplaced    []time.Duration // from a deletion to a Ready Pod of the same name, sorted
+	MaxNotReady    int             // the most worker Pod names without a Ready Pod at once
+	// ForeignDeletions are worker Pods that went without the run deleting them. On kwok these are
+	// kwok's own late deletes by name (see docs/reliability-chaos.md).
+	ForeignDeletions int
+	MaxLoadRatio     float64 // the highest load / capacity of any worker at any event
+	OverCapacity     []Violation
+	StaleTooLong     []Violation
+	MissingPodUID    []Violation
 }
 
 // Result returns what was measured so far; bindings still stale count with their age so far.
@@ -426,14 +480,17 @@ func (m *Monitor) Result(now time.Time) Result {
 	m.check(now)
 	r := Result{
 		Events: m.events, Deletions: m.deletions, KillElapsed: m.killElapsed, Pipelines: len(m.pipelines), Bindings: len(m.bindings),
-		Repairs:        slices.Clone(m.repairs),
-		StaleDurations: slices.Clone(m.staleDurations),
-		ToDeadEnd:      slices.Clone(m.toDeadEnd),
-		ToReplace:      slices.Clone(m.toReplace),
-		MaxLoadRatio:   m.maxLoadRatio,
-		OverCapacity:   slices.Clone(m.overCapacity),
-		StaleTooLong:   slices.Clone(m.staleTooLong),
-		MissingPodUID:  slices.Clone(m.missingUID),
+		Repairs:          slices.Clone(m.repairs),
+		StaleDurations:   slices.Clone(m.staleDurations),
+		ToDeadEnd:        slices.Clone(m.toDeadEnd),
+		ToReplace:        slices.Clone(m.toReplace),
+		PodReplaced:      slices.Clone(m.podReplaced),
+		MaxNotReady:      m.maxNotReady,
+		ForeignDeletions: m.foreign,
+		MaxLoadRatio:     m.maxLoadRatio,
+		OverCapacity:     slices.Clone(m.overCapacity),
+		StaleTooLong:     slices.Clone(m.staleTooLong),
+		MissingPodUID:    slices.Clone(m.missingUID),
 	}
 	for _, b := range m.bindings {
 		if !b.staleSince.IsZero() {
@@ -448,6 +505,7 @@ func (m *Monitor) Result(now time.Time) Result {
 	slices.Sort(r.StaleDurations)
 	slices.Sort(r.ToDeadEnd)
 	slices.Sort(r.ToReplace)
+	slices.Sort(r.PodReplaced)
 	return r
 }
 

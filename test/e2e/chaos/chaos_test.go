@@ -36,8 +36,8 @@ func TestMain(m *testing.M) {
 // Between a worker's deletion and its bindings naming another Pod, the operator waits on no timer
 // but its 100 ms race requeue and, when a binding write of an earlier round is not in its cache
 // yet, the 5 s unsettled recheck; everything else reacts to watch events (the Pod's, then the
-// binding's DeadEnd status). On an idle machine that is one to two seconds. 30 s leaves six times
-// the longest of those timers for a machine whose CPUs other jobs share (the longest seen in the
+// binding's DeadEnd status): a few writes and their watch events. 30 s leaves six times the
+// longest of those timers for a machine whose CPUs other jobs share (the longest seen in the
 // runs of docs/reliability-chaos.md, under load averages of 20 to 40 on 2 CPUs, was 28 s) and
 // stays below the 60 s recheck of a pipeline waiting for capacity: a repair that happened only on
 // that safety net, because no event woke it, does not pass. (The grace applies to a Pod that is
