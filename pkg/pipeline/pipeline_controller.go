@@ -353,6 +353,12 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 			// All or nothing: a pipeline never placed in full holds nothing while it waits, so
 			// two half-placed pipelines can never block each other.
 			r.releaseStages(ctx, s, heldStages(s))
+		} else if dead := deadHeld(s, p.dead); len(dead) < len(heldStages(s)) {
+			// A dead stage that finds no room is unset while it waits (design.md §4.1): its
+			// binding must not go on naming a gone Pod, whose name a replacement may take. (When
+			// every stage is dead, unsetting them all would make the pipeline Pending again, a
+			// phase backwards; those keep their bindings until there is room.)
+			r.releaseStages(ctx, s, dead)
 		}
 		return nil
 	}
@@ -380,6 +386,17 @@ func established(pl *schedulingv1alpha1.Pipeline) bool {
 		return true
 	}
 	return false
+}
+
+// deadHeld are the dead stages whose bindings still name a Pod.
+func deadHeld(s *pipelineScope, dead []string) []string {
+	var out []string
+	for _, name := range dead {
+		if b := s.bindings[name]; b != nil && b.Spec.Pod != "" {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // releaseStages unsets the bindings of the given stages: they let go of their Pods.

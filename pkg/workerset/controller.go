@@ -46,6 +46,11 @@ const (
 	conflictRequeue = time.Second
 	// conflictRecheck is how soon a set looks again at a Pod name taken by a Pod it cannot adopt.
 	conflictRecheck = 30 * time.Second
+	// invalidRecheck is how soon a set whose Pods or claims the API server rejects as invalid
+	// (422: the template makes an object its validation refuses) writes them again. Only a new
+	// spec can fix that, and it brings the set back at once; the recheck is for an admission
+	// policy that may have changed meanwhile.
+	invalidRecheck = 5 * time.Minute
 )
 
 // Reconciler reconciles WorkerSets.
@@ -260,7 +265,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, errors.Join(writeErr, statusErr)
 	}
+	if writeErr != nil && allInvalid(writeErr) {
+		// Retrying the same rejected write with backoff cannot succeed: the condition says why,
+		// and the set waits for its spec to change.
+		log.V(2).Info("The API server rejects the objects the template makes; waiting for a new spec", "err", writeErr)
+		if result.RequeueAfter == 0 || result.RequeueAfter > invalidRecheck {
+			result.RequeueAfter = invalidRecheck
+		}
+		return result, nil
+	}
 	return conveyorstatus.Result(result, writeErr)
+}
+
+// allInvalid says every write error in err is the API server's Invalid (422): the object written
+// breaks its validation, so the same write fails until the spec that made it changes.
+func allInvalid(err error) bool {
+	switch e := err.(type) { //nolint:errorlint // walks the whole error tree itself, unlike errors.As
+
+	case nil:
+		return false
+	case interface{ Unwrap() []error }:
+		errs := e.Unwrap()
+		for _, x := range errs {
+			if !allInvalid(x) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case apierrors.APIStatus:
+		return apierrors.IsInvalid(err)
+	case interface{ Unwrap() error }:
+		return allInvalid(e.Unwrap())
+	}
+	return false
 }
 
 // newScope reads the set's Pods and claims from the cache once.
