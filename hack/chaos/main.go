@@ -13,7 +13,7 @@
 //
 //	go run ./hack/chaos -duration 5m -interval 1s -seed 1
 //
-// The figures of docs/reliability-chaos.md come from it.
+// The figures of docs/reliability.md ("Chaos under load") come from it.
 package main
 
 import (

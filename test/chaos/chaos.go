@@ -1,6 +1,6 @@
 // Package chaos is the "chaos under load" run of issue 12, shared by the end-to-end test
 // (test/e2e/chaos, short) and the program hack/chaos (long, with its figures in
-// docs/reliability-chaos.md): a namespace of Pipelines, all Ready, whose worker Pods are deleted
+// docs/reliability.md, "Chaos under load"): a namespace of Pipelines, all Ready, whose worker Pods are deleted
 // at random, one every Interval, while a Monitor checks on every watch event that no worker is
 // over capacity and no binding names a gone Pod for longer than a bound, and measures each
 // affected pipeline's time to repair. At the end every pipeline must be Ready again.
