@@ -468,7 +468,7 @@ type Result struct {
 	PodReplaced    []time.Duration // from a deletion to a Ready Pod of the same name, sorted
 	MaxNotReady    int             // the most worker Pod names without a Ready Pod at once
 	// ForeignDeletions are worker Pods that went without the run deleting them. On kwok these are
-	// kwok's own late deletes by name (see docs/reliability.md ("Chaos under load")).
+	// kwok's own late deletes by name (see "Chaos under load" in docs/reliability.md).
 	ForeignDeletions int
 	MaxLoadRatio     float64 // the highest load / capacity of any worker at any event
 	OverCapacity     []Violation

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // yet, the 5 s unsettled recheck; everything else reacts to watch events (the Pod's, then the
 // binding's DeadEnd status): a few writes and their watch events. 30 s leaves six times the
 // longest of those timers for a machine whose CPUs other jobs share (the longest seen in the
-// runs of docs/reliability.md ("Chaos under load"), under load averages of 20 to 40 on 2 CPUs, was 28 s) and
+// runs in docs/reliability.md, "Chaos under load", under load averages of 20 to 40 on 2 CPUs, was 28 s) and
 // stays below the 60 s recheck of a pipeline waiting for capacity: a repair that happened only on
 // that safety net, because no event woke it, does not pass. (The grace applies to a Pod that is
 // not Ready; a deleted Pod is DeadEnd at once, so the grace is headroom here.)
