@@ -133,6 +133,23 @@ func (e *expectations) Observe(key types.NamespacedName, present map[string]type
 	return false
 }
 
+// Pending says whether the set has writes the cache has not yet shown, as far as the watch events
+// tell: the check a reconcile makes before it reads anything else. Expectations older than the
+// TTL are dropped and do not count.
+func (e *expectations) Pending(key types.NamespacedName) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sets[key]
+	switch {
+	case !ok:
+		return false
+	case len(s.creates) == 0 && len(s.deletes) == 0, e.now().Sub(s.updatedAt) > expectationsTTL:
+		delete(e.sets, key)
+		return false
+	}
+	return true
+}
+
 // Forget drops everything about a set (it was deleted).
 func (e *expectations) Forget(key types.NamespacedName) {
 	e.mu.Lock()

@@ -66,6 +66,17 @@ type result struct {
 	events int
 	// controlPlaneCPU is the CPU time each component of the cluster used during the run.
 	controlPlaneCPU map[string]time.Duration
+	// idle is the idle measurement that followed the run, if any.
+	idle *idleCost
+}
+
+// idleCost is what a WorkerSet whose Pods are all Ready costs while nothing changes.
+type idleCost struct {
+	window       time.Duration
+	operatorCPU  time.Duration
+	operatorRSS  int64
+	apiserverCPU time.Duration
+	setWrites    int
 }
 
 // bench runs contenders against one cluster.
@@ -223,8 +234,50 @@ func (b *bench) measure(ctx context.Context, contender, ns string, n int, res *r
 		if res.operatorRSS == 0 {
 			return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.Tail())
 		}
+		if b.cfg.idle > 0 && n == b.cfg.idleN && res.round == 1 {
+			if res.idle, err = b.measureIdle(ctx, op, ns); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// measureIdle leaves the operator running over the set whose Pods are all Ready, waits -settle,
+// then measures for -idle what it costs while nothing changes.
+func (b *bench) measureIdle(ctx context.Context, op *operatorproc.Operator, ns string) (*idleCost, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(b.cfg.settle):
+	}
+	setWrites, err := b.countSetWrites(ctx, setResources[contenderWorkerSet], ns)
+	if err != nil {
+		return nil, err
+	}
+	logf("mode %s: idle: measuring the operator for %s with every Pod Ready", b.mode.name, b.cfg.idle)
+	_, cpuBefore := op.Usage()
+	planeBefore := procstat.ControlPlaneCPU(b.c.Workdir())
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("idle measurement: %w", ctx.Err())
+	case <-time.After(b.cfg.idle):
+	}
+	_, cpuAfter := op.Usage()
+	idle := &idleCost{
+		window:       b.cfg.idle,
+		operatorCPU:  cpuAfter - cpuBefore,
+		operatorRSS:  op.RSS(),
+		apiserverCPU: cpuSince(b.c.Workdir(), planeBefore)["kube-apiserver"],
+		setWrites:    setWrites(),
+	}
+	if idle.operatorRSS == 0 {
+		return nil, fmt.Errorf("could not read the operator's VmRSS (did it exit?): %s", op.Tail())
+	}
+	logf("mode %s: idle: operator CPU %.2fs over %s (%.2f%% of a core), RSS %.0f MiB, apiserver CPU %.2fs, set writes %d", b.mode.name,
+		idle.operatorCPU.Seconds(), idle.window, 100*idle.operatorCPU.Seconds()/idle.window.Seconds(), float64(idle.operatorRSS)/(1<<20),
+		idle.apiserverCPU.Seconds(), idle.setWrites)
+	return idle, nil
 }
 
 // watchPods runs an informer on the Pods of ns that feeds tr, and returns once it has synced.
