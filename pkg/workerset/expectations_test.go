@@ -135,7 +135,7 @@ func TestWindow(t *testing.T) {
 
 func TestSuccessEventsAreBatched(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
-	set := newSet("w").obj()
+	set := newSet("w").Obj()
 	s := &successes{}
 	key := successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}
 	for i := range 90 {

@@ -32,7 +32,7 @@ func markPodsReady(t *testing.T, c client.Client, names ...string) {
 // and messages is written at most once per statusInterval (the reconcile comes back when it is
 // due); a change of a condition's status or reason, such as the set settling, is written at once.
 func TestStatusWritesArePaced(t *testing.T) {
-	set := newSet("w").replicas(3).obj()
+	set := newSet("w").Replicas(3).Obj()
 	c := newFakeClient(nil, storedCopies(set)...)
 	now := testNow
 	r := newTestReconciler(c)
@@ -74,7 +74,7 @@ func TestStatusWritesArePaced(t *testing.T) {
 // retried almost at once, then with a growing delay, quietly (no error); a write that goes through
 // resets the delay.
 func TestStatusConflictRetriesWithBackoff(t *testing.T) {
-	set := newSet("w").replicas(1).obj()
+	set := newSet("w").Replicas(1).Obj()
 	conflicts := 3
 	funcs := &interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 		if conflicts > 0 {
@@ -109,7 +109,7 @@ func TestStatusConflictRetriesWithBackoff(t *testing.T) {
 // TestPendingExpectationsReadOnlyTheSetsPods: while writes are unobserved, a reconcile reads
 // nothing but the set's own Pods (to settle what the watch events have not) and decides nothing.
 func TestPendingExpectationsReadOnlyTheSetsPods(t *testing.T) {
-	set := newSet("w").replicas(2).claims("data").obj()
+	set := newSet("w").Replicas(2).VolumeClaim("data", "", "1Gi").Obj()
 	lists := map[string]int{}
 	funcs := &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 		lists[typeName(list)]++
