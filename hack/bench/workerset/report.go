@@ -43,6 +43,16 @@ func writeReport(w io.Writer, cfg *config, results []result) {
 		}
 	}
 
+	writeAPIServerCPU(p, cfg, results)
+	writeIdle(p, cfg, results)
+	writeRuns(p, results)
+}
+
+// printer writes formatted text to the report.
+type printer func(format string, args ...any)
+
+// writeAPIServerCPU writes the table of kube-apiserver CPU and status writes per size.
+func writeAPIServerCPU(p printer, cfg *config, results []result) {
 	p("\nkube-apiserver CPU time from the create call to all Ready (median of the rounds), and the WorkerSet's status writes (changes of the set object) per 1,000 Pods (median):\n\n")
 	p("| mode | N | apiserver CPU: WorkerSet (s) | StatefulSet (s) | floor (s) | WorkerSet / floor | StatefulSet / floor | WorkerSet status writes per 1,000 Pods |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -60,6 +70,10 @@ func writeReport(w io.Writer, cfg *config, results []result) {
 		}
 	}
 
+}
+
+// writeIdle writes the idle measurements, if any.
+func writeIdle(p printer, cfg *config, results []result) {
 	var idle []result
 	for _, r := range results {
 		if r.idle != nil {
@@ -76,6 +90,10 @@ func writeReport(w io.Writer, cfg *config, results []result) {
 		}
 	}
 
+}
+
+// writeRuns writes the table of every run.
+func writeRuns(p printer, results []result) {
 	p("\nEvery run. Times are from the create call: \"first Pod\" is when the watch saw the first Pod; \"created\", \"bound\" and \"Ready\" are when the watch had seen the last of the N Pods exist, be bound to a node, and be Ready. " +
 		"\"set writes\" counts the changes of the set object (status writes) until then, \"Events\" the Events in the namespace then. " +
 		"CPU is the CPU time used from the create call to all Ready by kube-apiserver, etcd, and the whole control plane (those two, kube-controller-manager, kube-scheduler, kwok-controller), and by the operator over its life.\n\n")
