@@ -289,10 +289,22 @@ func soonest(a, b time.Duration) time.Duration {
 	return a
 }
 
-// settleFromCache settles the set's expectations against its Pods in the cache, for writes whose
-// watch events have not been handled yet (or were lost), and says whether none is outstanding.
-// It reads the set's own Pods only, without copying them.
+// settleFromCache settles the set's expectations against its Pods (and, if a claim write is
+// outstanding, its claims) in the cache, for writes whose watch events have not been handled yet
+// (or were lost), and says whether none is outstanding. It reads without copying.
 func (r *Reconciler) settleFromCache(ctx context.Context, set *appsv1alpha1.WorkerSet) (bool, error) {
+	key := client.ObjectKeyFromObject(set)
+	if r.expectations.ClaimsPending(key) {
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := r.List(ctx, claims, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set)), client.UnsafeDisableDeepCopy); err != nil {
+			return false, fmt.Errorf("list claims: %w", err)
+		}
+		cached := make(map[string]string, len(claims.Items))
+		for i := range claims.Items {
+			cached[claims.Items[i].Name] = claims.Items[i].ResourceVersion
+		}
+		r.expectations.ObserveClaims(key, cached)
+	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("list pods: %w", err)
@@ -304,7 +316,7 @@ func (r *Reconciler) settleFromCache(ctx context.Context, set *appsv1alpha1.Work
 			present[pod.Name] = pod.UID
 		}
 	}
-	return r.expectations.Observe(client.ObjectKeyFromObject(set), present), nil
+	return r.expectations.Observe(key, present), nil
 }
 
 // newScope reads the set's Pods, revisions and claims from the cache once. Nothing in the scope is

@@ -57,6 +57,24 @@ func TestExpectations(t *testing.T) {
 		t.Fatal("not satisfied although the watch events showed both writes")
 	}
 
+	// A claim patch is seen once the cache shows the claim at another version than the one it
+	// was patched from (the patch is optimistic-locked on it), or not at all.
+	e.ExpectClaimWrite(key, "data-w-0", "7")
+	e.ExpectClaimWrite(key, "data-w-1", "9")
+	e.ObserveClaims(key, map[string]string{"data-w-0": "7", "data-w-1": "9"})
+	if !e.ClaimsPending(key) || !e.Pending(key) || e.Observe(key, nil) {
+		t.Fatal("claim writes settled by a cache that still shows the claims as they were before")
+	}
+	e.ObserveClaims(key, map[string]string{"data-w-0": "8"})
+	if e.ClaimsPending(key) || !e.Observe(key, nil) {
+		t.Fatal("claim writes not settled by a cache that shows one claim newer and the other gone")
+	}
+	e.ExpectClaimWrite(key, "data-w-2", "3")
+	e.ClaimWriteFailed(key, "data-w-2")
+	if e.Pending(key) {
+		t.Fatal("a failed claim patch must not be waited for")
+	}
+
 	e.ExpectCreate(key, "w-3")
 	now = now.Add(expectationsTTL + time.Second)
 	if !e.Observe(key, nil) {

@@ -40,7 +40,8 @@ const (
 const maxInFlight = 16
 
 // podControl performs the writes of a plan: the only code that creates, updates or deletes Pods
-// and claims. It records expectations before every write and settles them when a write fails.
+// and claims. It records expectations before every Pod create and delete and every claim patch,
+// and settles them when a write fails.
 type podControl struct {
 	client       client.Client
 	recorder     events.EventRecorder
@@ -260,7 +261,9 @@ func (c *podControl) updateClaimOwners(ctx context.Context, s *scope, u claimOwn
 	claim := u.claim.DeepCopy()
 	patch := client.MergeFromWithOptions(u.claim, client.MergeFromWithOptimisticLock{})
 	claim.OwnerReferences = u.owners
+	c.expectations.ExpectClaimWrite(s.key, claim.Name, u.claim.ResourceVersion)
 	if err := c.client.Patch(ctx, claim, patch); err != nil {
+		c.expectations.ClaimWriteFailed(s.key, claim.Name)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return fmt.Errorf("update owners of claim %s: %w", claim.Name, err)
 		}
@@ -310,7 +313,9 @@ func (c *podControl) resizeClaim(ctx context.Context, s *scope, r claimResize) e
 	patched := r.claim.DeepCopy()
 	patch := client.MergeFromWithOptions(r.claim, client.MergeFromWithOptimisticLock{})
 	patched.Spec.Resources.Requests[corev1.ResourceStorage] = r.storage
+	c.expectations.ExpectClaimWrite(s.key, r.claim.Name, r.claim.ResourceVersion)
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		c.expectations.ClaimWriteFailed(s.key, r.claim.Name)
 		c.recorder.Eventf(s.set, r.claim, corev1.EventTypeWarning, eventFailedUpdate, "ResizeClaim",
 			"resize Claim %s in WorkerSet %s to %s failed error: %s", r.claim.Name, s.set.Name, r.storage.String(), err)
 		return fmt.Errorf("resize claim %s: %w", r.claim.Name, err)
