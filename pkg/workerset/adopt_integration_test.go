@@ -68,7 +68,7 @@ func orphanDelete(t *testing.T, ns, name string) {
 func TestIntegrationOrphanDeleteAndRecreate(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	createSet(t, ns, newSet("o").replicas(2).obj())
+	createSet(t, ns, newSet("o").Replicas(2).Obj())
 	old := wantPods(t, ns, "o-0", "o-1")
 	eventually(t, "one revision", func() error {
 		if n := len(revisions(t, ns)); n != 1 {
@@ -84,14 +84,14 @@ func TestIntegrationOrphanDeleteAndRecreate(t *testing.T) {
 	}
 
 	// A Pod of another controller, with the set's label, holds o-3.
-	foreign := newPod(newSet("o").obj(), &newSet("o").obj().Spec.Template, 3, "x")
+	foreign := newPod(newSet("o").Obj(), &newSet("o").Obj().Spec.Template, 3, "x")
 	foreign.Namespace = ns
 	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "other", UID: "rs-uid", Controller: new(true)}}
 	if err := envK8s.Create(context.Background(), foreign); err != nil {
 		t.Fatal(err)
 	}
 
-	createSet(t, ns, newSet("o").replicas(5).obj())
+	createSet(t, ns, newSet("o").Replicas(5).Obj())
 	pods := wantPods(t, ns, "o-0", "o-1", "o-2", "o-3", "o-4")
 	set := getSet(t, ns, "o")
 	for _, name := range []string{"o-0", "o-1"} {

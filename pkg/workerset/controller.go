@@ -42,8 +42,6 @@ const (
 	// expectationsRecheck is the safety net while writes are unobserved; normally the watch event
 	// of the write itself triggers the next reconcile first.
 	expectationsRecheck = 10 * time.Second
-	// conflictRequeue is how soon a reconcile that lost an update race runs again.
-	conflictRequeue = time.Second
 	// conflictRecheck is how soon a set looks again at a Pod name taken by a Pod it cannot adopt.
 	conflictRecheck = 30 * time.Second
 	// invalidRecheck is how soon a set whose Pods or claims the API server rejects as invalid
@@ -64,6 +62,7 @@ type Reconciler struct {
 
 	expectations *expectations
 	control      *podControl
+	pace         *pace
 }
 
 // RBAC: only the verbs the code uses (status is written by patch only). The finalizers subresource
@@ -100,6 +99,7 @@ func (r *Reconciler) init() {
 		r.Now = time.Now
 	}
 	r.expectations = newExpectations(r.Now)
+	r.pace = newPace()
 	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
 }
 
@@ -211,11 +211,12 @@ func claimToSet(_ context.Context, obj client.Object) []reconcile.Request {
 }
 
 // Reconcile brings one WorkerSet's Pods and claims in line with its spec.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	set := &appsv1alpha1.WorkerSet{}
 	if err := r.Get(ctx, req.NamespacedName, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.expectations.Forget(req.NamespacedName)
+			r.pace.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -225,22 +226,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil // the garbage collector removes Pods and owned claims
 	}
 
+	// The expectations come first: while the cache has not shown every write, nothing is
+	// decided, so nothing else is read. The watch events normally settle them, and one of them
+	// triggers the next reconcile.
+	if r.expectations.Pending(req.NamespacedName) {
+		settled, err := r.settleFromCache(ctx, set)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !settled {
+			log.V(4).Info("Waiting for the cache to show earlier writes")
+			return ctrl.Result{RequeueAfter: expectationsRecheck}, nil
+		}
+	}
+
 	s, err := r.newScope(ctx, set)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !r.expectations.Observe(s.key, s.podUIDs()) {
-		log.V(4).Info("Waiting for the cache to show earlier writes")
-		return ctrl.Result{RequeueAfter: expectationsRecheck}, nil
-	}
-
 	if err := r.syncRevision(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.adoptOrphans(ctx, s); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			log.V(4).Info("An orphan Pod changed while being adopted", "err", err)
-			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+			return ctrl.Result{RequeueAfter: r.pace.conflict(s.key)}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -255,16 +265,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if writeErr == nil {
 		writeErr = r.control.truncateHistory(ctx, s, status.CurrentRevision)
 	}
-	result := ctrl.Result{RequeueAfter: recheck}
-	if p.requeueAfter > 0 && (recheck == 0 || p.requeueAfter < recheck) {
-		result.RequeueAfter = p.requeueAfter
+	if writeErr == nil {
+		status.ObservedGeneration = set.Generation // only when every write succeeded
 	}
-	if statusErr := r.writeStatus(ctx, set, status, writeErr == nil); statusErr != nil {
+	p.requeue(recheck)
+	result := ctrl.Result{RequeueAfter: p.requeueAfter}
+	if wait := r.statusWait(s, &status); wait > 0 {
+		// A scale in progress: the counters are written at most once per statusInterval.
+		result.RequeueAfter = soonest(result.RequeueAfter, wait)
+		return conveyorstatus.Result(result, writeErr)
+	}
+	if statusErr := r.writeStatus(ctx, s, status); statusErr != nil {
 		if apierrors.IsConflict(statusErr) {
-			return conveyorstatus.Result(ctrl.Result{RequeueAfter: conflictRequeue}, writeErr)
+			// The cache holds an older copy of the set: retry almost at once, then backing off.
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: r.pace.conflict(s.key)}, writeErr)
 		}
 		return ctrl.Result{}, errors.Join(writeErr, statusErr)
 	}
+	r.pace.noConflict(s.key)
 	if writeErr != nil && allInvalid(writeErr) {
 		// Retrying the same rejected write with backoff cannot succeed: the condition says why,
 		// and the set waits for its spec to change.
@@ -300,7 +318,46 @@ func allInvalid(err error) bool {
 	return false
 }
 
-// newScope reads the set's Pods and claims from the cache once.
+// soonest is the earlier of two requeue times, zero meaning none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// settleFromCache settles the set's expectations against its Pods (and, if a claim write is
+// outstanding, its claims) in the cache, for writes whose watch events have not been handled yet
+// (or were lost), and says whether none is outstanding. It reads without copying.
+func (r *Reconciler) settleFromCache(ctx context.Context, set *appsv1alpha1.WorkerSet) (bool, error) {
+	key := client.ObjectKeyFromObject(set)
+	if r.expectations.ClaimsPending(key) {
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := r.List(ctx, claims, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set)), client.UnsafeDisableDeepCopy); err != nil {
+			return false, fmt.Errorf("list claims: %w", err)
+		}
+		cached := make(map[string]string, len(claims.Items))
+		for i := range claims.Items {
+			cached[claims.Items[i].Name] = claims.Items[i].ResourceVersion
+		}
+		r.expectations.ObserveClaims(key, cached)
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list pods: %w", err)
+	}
+	present := make(map[string]types.UID, len(pods.Items))
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp == nil && metav1.IsControlledBy(pod, set) {
+			present[pod.Name] = pod.UID
+		}
+	}
+	return r.expectations.Observe(key, present), nil
+}
+
+// newScope reads the set's Pods, revisions and claims from the cache once. Nothing in the scope is
+// copied from the cache: decide only reads, and podcontrol copies an object before it changes it.
 func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) (*scope, error) {
 	s := &scope{
 		set:        set,
@@ -312,8 +369,9 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		taken:      map[int]string{},
 		now:        r.Now(),
 	}
+	inSet := []client.ListOption{client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set)), client.UnsafeDisableDeepCopy}
 	revisions := &appsv1.ControllerRevisionList{}
-	if err := r.List(ctx, revisions, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+	if err := r.List(ctx, revisions, inSet...); err != nil {
 		return nil, fmt.Errorf("list controller revisions: %w", err)
 	}
 	for i := range revisions.Items {
@@ -328,27 +386,29 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		}
 	}
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	// Pods with the set's label that it does not control: orphans to adopt, or names taken.
 	labelled := &corev1.PodList{}
-	if err := r.List(ctx, labelled, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+	if err := r.List(ctx, labelled, inSet...); err != nil {
 		return nil, fmt.Errorf("list pods by label: %w", err)
 	}
-	for _, pod := range slices.Concat(pods.Items, labelled.Items) {
-		s.addPod(&pod)
+	for _, list := range [][]corev1.Pod{pods.Items, labelled.Items} {
+		for i := range list {
+			s.addPod(&list[i])
+		}
 	}
 	if len(set.Spec.VolumeClaimTemplates) > 0 {
 		claims := &corev1.PersistentVolumeClaimList{}
-		if err := r.List(ctx, claims, client.InNamespace(set.Namespace), client.MatchingLabels(selectorLabels(set))); err != nil {
+		if err := r.List(ctx, claims, inSet...); err != nil {
 			return nil, fmt.Errorf("list claims: %w", err)
 		}
 		for i := range claims.Items {
 			s.claims[claims.Items[i].Name] = &claims.Items[i]
 		}
 		classes := &storagev1.StorageClassList{}
-		if err := r.List(ctx, classes); err != nil {
+		if err := r.List(ctx, classes, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("list storage classes: %w", err)
 		}
 		for _, c := range classes.Items {
@@ -421,23 +481,20 @@ func (r *Reconciler) adoptOrphans(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// podUIDs maps the name of every Pod in the scope to its UID, leaving out terminating Pods, for
-// expectations.
-func (s *scope) podUIDs() map[string]types.UID {
-	out := make(map[string]types.UID, len(s.pods))
-	for _, pod := range s.pods {
-		if pod.DeletionTimestamp == nil {
-			out[pod.Name] = pod.UID
-		}
+// statusWait is how long the write of a status that is not urgent must still wait for the
+// set's last status write to be statusInterval old; zero means write now (or nothing to write).
+func (r *Reconciler) statusWait(s *scope, want *appsv1alpha1.WorkerSetStatus) time.Duration {
+	if apiequality.Semantic.DeepEqual(s.set.Status, *want) || statusUrgent(&s.set.Status, want) {
+		return 0
 	}
-	return out
+	return r.pace.statusWait(s.key, r.Now())
 }
 
-// writeStatus writes the status once, if it changed; observedGeneration moves only on success.
-func (r *Reconciler) writeStatus(ctx context.Context, set *appsv1alpha1.WorkerSet, status appsv1alpha1.WorkerSetStatus, success bool) error {
-	if success {
-		status.ObservedGeneration = set.Generation
+// writeStatus writes the status once, if it changed, and records when.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope, status appsv1alpha1.WorkerSetStatus) error {
+	wrote, err := conveyorstatus.Patch(ctx, r.Client, s.set, &s.set.Status, status)
+	if wrote {
+		r.pace.wroteStatus(s.key, r.Now())
 	}
-	_, err := conveyorstatus.Patch(ctx, r.Client, set, &set.Status, status)
 	return err
 }

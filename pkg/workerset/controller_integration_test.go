@@ -106,7 +106,7 @@ func scaleSet(t *testing.T, ns, name string, replicas int32) {
 func TestIntegrationParallelScaleUpAndDown(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	createSet(t, ns, newSet("w").replicas(3).serviceName("w").obj())
+	createSet(t, ns, newSet("w").Replicas(3).ServiceName("w").Obj())
 
 	pods := wantPods(t, ns, "w-0", "w-1", "w-2")
 	for _, pod := range pods {
@@ -140,7 +140,7 @@ func TestIntegrationParallelScaleUpAndDown(t *testing.T) {
 func TestIntegrationOrderedReadyWaitsForReadiness(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	createSet(t, ns, newSet("o").replicas(3).ordered().obj())
+	createSet(t, ns, newSet("o").Replicas(3).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Obj())
 
 	for i := range 3 {
 		want := make([]string, i+1)
@@ -176,7 +176,7 @@ func TestIntegrationOrderedReadyWaitsForReadiness(t *testing.T) {
 func TestIntegrationFailedPodIsRecreatedUnderItsName(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	createSet(t, ns, newSet("f").replicas(2).obj())
+	createSet(t, ns, newSet("f").Replicas(2).Obj())
 	pods := wantPods(t, ns, "f-0", "f-1")
 	oldUID := pods["f-1"].UID
 	pods["f-1"].Status.Phase = corev1.PodFailed
@@ -207,7 +207,7 @@ func TestIntegrationClaimRetention(t *testing.T) {
 	}{{retain, retain}, {del, retain}, {retain, del}, {del, del}} {
 		t.Run(fmt.Sprintf("whenDeleted=%s,whenScaled=%s", tc.whenDeleted, tc.whenScaled), func(t *testing.T) {
 			ns := newNamespace(t)
-			set := createSet(t, ns, newSet("c").replicas(2).claims("data").retention(tc.whenDeleted, tc.whenScaled).obj())
+			set := createSet(t, ns, newSet("c").Replicas(2).VolumeClaim("data", "", "1Gi").ClaimRetention(tc.whenDeleted, tc.whenScaled).Obj())
 			wantPods(t, ns, "c-0", "c-1")
 			claims := map[string]*corev1.PersistentVolumeClaim{}
 			eventually(t, "claims created", func() error {
@@ -266,7 +266,7 @@ func TestIntegrationClaimRetention(t *testing.T) {
 func TestIntegrationScaleSubresource(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	createSet(t, ns, newSet("s").replicas(2).obj())
+	createSet(t, ns, newSet("s").Replicas(2).Obj())
 	wantPods(t, ns, "s-0", "s-1")
 
 	dc := discovery.NewDiscoveryClientForConfigOrDie(envCfg)
@@ -353,7 +353,7 @@ func (c *laggingClient) setFrozen(f bool) {
 func TestIntegrationStaleCacheNeverCreatesTwice(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	set := newSet("stale").replicas(3).obj()
+	set := newSet("stale").Replicas(3).Obj()
 	// The suite's manager does not see sets named "stale" (a field selector on its cache), so
 	// only this hand-driven reconciler acts on this one.
 	lag := &laggingClient{Client: envK8s, creates: map[string]int{}}
@@ -416,13 +416,13 @@ func copyCounts(m map[string]int) map[string]int {
 func TestIntegrationReplicasBound(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
-	tooMany := newSet("big").replicas(10001).obj()
+	tooMany := newSet("big").Replicas(10001).Obj()
 	tooMany.Namespace, tooMany.UID, tooMany.Generation = ns, "", 0
 	if err := envK8s.Create(context.Background(), tooMany); !apierrors.IsInvalid(err) {
 		t.Fatalf("create with replicas 10001: %v, want Invalid", err)
 	}
 
-	createSet(t, ns, newSet("b").replicas(0).obj())
+	createSet(t, ns, newSet("b").Replicas(0).Obj())
 	set := getSet(t, ns, "b")
 	patch := client.MergeFrom(set.DeepCopy())
 	set.Spec.Replicas = new(int32(10001))

@@ -104,7 +104,7 @@ func TestUnownedPodWithASetName(t *testing.T) {
 		}, false, "Pod w-1 has no controller but lacks the label"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			set := newSet("w").replicas(3).obj()
+			set := newSet("w").Replicas(3).Obj()
 			c := newFakeClient(nil, storedCopies[client.Object](set, tt.pod(set))...)
 			r := newTestReconciler(c)
 
@@ -143,7 +143,7 @@ func TestUnownedPodWithASetName(t *testing.T) {
 // events settle the expectation, so the next reconcile recreates the Pod instead of waiting out
 // the expectations TTL.
 func TestExpectationsObserveWatchEvents(t *testing.T) {
-	set := newSet("w").replicas(2).obj()
+	set := newSet("w").Replicas(2).Obj()
 	c := newFakeClient(nil, storedCopies(set)...)
 	r := newTestReconciler(c)
 	h := r.podEvents()
@@ -185,7 +185,7 @@ func TestExpectationsObserveWatchEvents(t *testing.T) {
 // set's label that the set does not control, the set its label names (to adopt it, or to create
 // the ordinal once it goes).
 func TestPodEventsEnqueue(t *testing.T) {
-	set := newSet("w").obj()
+	set := newSet("w").Obj()
 	owned := newPod(set, &set.Spec.Template, 0, "rev")
 	orphan := owned.DeepCopy()
 	orphan.OwnerReferences = nil

@@ -11,9 +11,11 @@ import (
 // the cache again (a lost watch event must not wedge a set forever).
 const expectationsTTL = 5 * time.Minute
 
-// expectations remembers, per WorkerSet, the Pods the controller created or deleted and has not yet
-// seen in its cache. While a set has any, the controller does not decide from the cache: the cache
-// may still show a Pod missing that it just created, or present that it just deleted.
+// expectations remembers, per WorkerSet, the Pods the controller created or deleted, and the claims
+// it patched, that it has not yet seen in its cache. While a set has any, the controller does not
+// decide from the cache: the cache may still show a Pod missing that it just created, present that
+// it just deleted, or a claim with the owners it had before (the claim and Pod informers are not
+// ordered: the Pods may be current while the claims are not).
 //
 // They are settled by the Pod watch events themselves, as upstream's ControllerExpectations
 // (CreationObserved on the add event, DeletionObserved when the Pod is marked terminating or
@@ -26,9 +28,18 @@ type expectations struct {
 }
 
 type setExpectations struct {
-	creates   map[string]struct{}    // Pod names created, not yet in the cache
-	deletes   map[types.UID]struct{} // Pod UIDs deleted, still in the cache
+	creates map[string]struct{}    // Pod names created, not yet in the cache
+	deletes map[types.UID]struct{} // Pod UIDs deleted, still in the cache
+	// claims maps the name of a claim the controller patched to the resourceVersion it patched
+	// from: until the cache shows the claim at another version (or gone), the cache still holds
+	// the claim as it was before the write. The patches are optimistic-locked on that version, so
+	// any other version the cache shows is the write or later.
+	claims    map[string]string
 	updatedAt time.Time
+}
+
+func (s *setExpectations) empty() bool {
+	return len(s.creates) == 0 && len(s.deletes) == 0 && len(s.claims) == 0
 }
 
 func newExpectations(now func() time.Time) *expectations {
@@ -38,7 +49,7 @@ func newExpectations(now func() time.Time) *expectations {
 func (e *expectations) entry(key types.NamespacedName) *setExpectations {
 	s, ok := e.sets[key]
 	if !ok {
-		s = &setExpectations{creates: map[string]struct{}{}, deletes: map[types.UID]struct{}{}}
+		s = &setExpectations{creates: map[string]struct{}{}, deletes: map[types.UID]struct{}{}, claims: map[string]string{}}
 		e.sets[key] = s
 	}
 	s.updatedAt = e.now()
@@ -57,6 +68,47 @@ func (e *expectations) ExpectDelete(key types.NamespacedName, uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.entry(key).deletes[uid] = struct{}{}
+}
+
+// ExpectClaimWrite records that the claim is about to be patched from resourceVersion fromRV.
+func (e *expectations) ExpectClaimWrite(key types.NamespacedName, name, fromRV string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.entry(key).claims[name] = fromRV
+}
+
+// ClaimWriteFailed forgets a claim patch that the apiserver refused.
+func (e *expectations) ClaimWriteFailed(key types.NamespacedName, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sets[key]; ok {
+		delete(s.claims, name)
+	}
+}
+
+// ClaimsPending says whether a claim write of the set is not yet in the cache.
+func (e *expectations) ClaimsPending(key types.NamespacedName) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sets[key]
+	return ok && len(s.claims) > 0
+}
+
+// ObserveClaims settles the claim writes of a set against the cache: cached maps the name of
+// every claim of the set in the cache to its resourceVersion. A write is seen once its claim is
+// at another version than the one it was patched from, or gone.
+func (e *expectations) ObserveClaims(key types.NamespacedName, cached map[string]string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sets[key]
+	if !ok {
+		return
+	}
+	for name, fromRV := range s.claims {
+		if rv, ok := cached[name]; !ok || rv != fromRV {
+			delete(s.claims, name)
+		}
+	}
 }
 
 // CreationFailed forgets a create that the apiserver refused, so it is not waited for.
@@ -122,7 +174,7 @@ func (e *expectations) Observe(key types.NamespacedName, present map[string]type
 			delete(s.deletes, uid)
 		}
 	}
-	if len(s.creates) == 0 && len(s.deletes) == 0 {
+	if s.empty() {
 		delete(e.sets, key)
 		return true
 	}
@@ -131,6 +183,23 @@ func (e *expectations) Observe(key types.NamespacedName, present map[string]type
 		return true
 	}
 	return false
+}
+
+// Pending says whether the set has writes the cache has not yet shown, as far as the watch events
+// tell: the check a reconcile makes before it reads anything else. Expectations older than the
+// TTL are dropped and do not count.
+func (e *expectations) Pending(key types.NamespacedName) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sets[key]
+	switch {
+	case !ok:
+		return false
+	case s.empty(), e.now().Sub(s.updatedAt) > expectationsTTL:
+		delete(e.sets, key)
+		return false
+	}
+	return true
 }
 
 // Forget drops everything about a set (it was deleted).

@@ -3,8 +3,9 @@ package workerset
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,10 +42,37 @@ func TestExpectations(t *testing.T) {
 	// Watch events settle writes that no list may ever show: a Pod created and deleted at once.
 	e.ExpectCreate(key, "w-4")
 	e.ExpectDelete(key, "uid-4")
+	if !e.Pending(key) {
+		t.Fatal("not pending with a create and a delete unseen")
+	}
 	e.CreationObserved(key, "w-4")
+	if !e.Pending(key) {
+		t.Fatal("not pending with a delete unseen")
+	}
 	e.DeletionObserved(key, "uid-4")
+	if e.Pending(key) {
+		t.Fatal("pending although the watch events showed both writes")
+	}
 	if !e.Observe(key, map[string]types.UID{"w-0": "uid-0", "w-4": "uid-4"}) {
 		t.Fatal("not satisfied although the watch events showed both writes")
+	}
+
+	// A claim patch is seen once the cache shows the claim at another version than the one it
+	// was patched from (the patch is optimistic-locked on it), or not at all.
+	e.ExpectClaimWrite(key, "data-w-0", "7")
+	e.ExpectClaimWrite(key, "data-w-1", "9")
+	e.ObserveClaims(key, map[string]string{"data-w-0": "7", "data-w-1": "9"})
+	if !e.ClaimsPending(key) || !e.Pending(key) || e.Observe(key, nil) {
+		t.Fatal("claim writes settled by a cache that still shows the claims as they were before")
+	}
+	e.ObserveClaims(key, map[string]string{"data-w-0": "8"})
+	if e.ClaimsPending(key) || !e.Observe(key, nil) {
+		t.Fatal("claim writes not settled by a cache that shows one claim newer and the other gone")
+	}
+	e.ExpectClaimWrite(key, "data-w-2", "3")
+	e.ClaimWriteFailed(key, "data-w-2")
+	if e.Pending(key) {
+		t.Fatal("a failed claim patch must not be waited for")
 	}
 
 	e.ExpectCreate(key, "w-3")
@@ -52,31 +80,80 @@ func TestExpectations(t *testing.T) {
 	if !e.Observe(key, nil) {
 		t.Fatal("expectations older than the TTL must expire")
 	}
+	e.ExpectCreate(key, "w-5")
+	now = now.Add(expectationsTTL + time.Second)
+	if e.Pending(key) {
+		t.Fatal("expectations older than the TTL must not count as pending")
+	}
 }
 
-func TestSlowStart(t *testing.T) {
-	var calls atomic.Int32
-	ok, err := slowStart(10, func(int) error { calls.Add(1); return nil })
-	if ok != 10 || err != nil || calls.Load() != 10 {
-		t.Fatalf("all succeed: ok=%d err=%v calls=%d", ok, err, calls.Load())
-	}
-	// Batches are 1, 2, 4, 8: a failure at index 4 (the third batch, indexes 3–6) stops before index 7.
-	calls.Store(0)
-	ok, err = slowStart(20, func(i int) error {
-		calls.Add(1)
-		if i == 4 {
-			return errors.New("boom")
-		}
-		return nil
-	})
-	if err == nil || ok != 6 || calls.Load() != 7 {
-		t.Fatalf("failure in third batch: ok=%d err=%v calls=%d, want ok=6 calls=7", ok, err, calls.Load())
+// TestWindow: creates and deletes go through a window that opens at one call, widens by one per
+// success up to its limit, never has more calls in flight than that, and starts nothing once a
+// failure has come back. (With several calls in flight, how many start before the failure comes
+// back depends on scheduling: a slow call holds one slot while the others go on, by design; the
+// sequential case pins the stop exactly.)
+func TestWindow(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		n, limit      int
+		failAt        int // -1: every call succeeds
+		wantOK        int
+		wantCalls     int // -1: not checked exactly (calls in flight at the failure finish)
+		wantMaxFlight int // the most calls in flight at once must not exceed this
+	}{
+		{"all succeed", 200, 16, -1, 200, 200, 16},
+		{"a limit of one is sequential", 20, 1, 4, 4, 5, 1},
+		{"the first call fails alone", 20, 16, 0, 0, 1, 1},
+		{"a failure stops the rest", 200, 16, 30, -1, -1, 16},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			started, finished, succeeded, maxFlight, calls := 0, 0, 0, 0, 0
+			var violations []string
+			ok, err := window(tt.n, tt.limit, func(i int) error {
+				mu.Lock()
+				started++
+				calls++
+				if flight := started - finished; flight > min(1+succeeded, tt.limit) {
+					violations = append(violations, fmt.Sprintf("call %d started with %d in flight after %d successes", i, flight, succeeded))
+				}
+				maxFlight = max(maxFlight, started-finished)
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				defer mu.Unlock()
+				finished++
+				if i == tt.failAt {
+					return errors.New("boom")
+				}
+				succeeded++
+				return nil
+			})
+			if len(violations) > 0 {
+				t.Errorf("the window was exceeded: %v", violations)
+			}
+			if maxFlight > tt.wantMaxFlight {
+				t.Errorf("%d calls in flight at once, want at most %d", maxFlight, tt.wantMaxFlight)
+			}
+			if (tt.failAt >= 0) != (err != nil) {
+				t.Errorf("error %v, want one only when a call fails", err)
+			}
+			if tt.wantCalls >= 0 && calls != tt.wantCalls {
+				t.Errorf("%d calls, want %d", calls, tt.wantCalls)
+			}
+			if tt.wantOK >= 0 && ok != tt.wantOK {
+				t.Errorf("%d successes reported, want %d", ok, tt.wantOK)
+			}
+			if ok != succeeded {
+				t.Errorf("%d successes reported, %d happened", ok, succeeded)
+			}
+		})
 	}
 }
 
 func TestSuccessEventsAreBatched(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
-	set := newSet("w").obj()
+	set := newSet("w").Obj()
 	s := &successes{}
 	key := successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}
 	for i := range 90 {

@@ -149,11 +149,11 @@ func TestSimulatedScaling(t *testing.T) {
 			for _, whenScaled := range policies {
 				name := fmt.Sprintf("seed=%d ordered=%v whenScaled=%s", seed, ordered, whenScaled)
 				t.Run(name, func(t *testing.T) {
-					b := newSet("w").replicas(3).claims("data").retention(appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType, whenScaled)
+					b := newSet("w").Replicas(3).VolumeClaim("data", "", "1Gi").ClaimRetention(appsv1alpha1.RetainPersistentVolumeClaimRetentionPolicyType, whenScaled)
 					if ordered {
-						b = b.ordered()
+						b = b.PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement)
 					}
-					set := b.obj()
+					set := b.Obj()
 					w := &world{rng: rand.New(rand.NewPCG(seed, 7)), s: scopeFor(set, nil), claimsDeleted: map[string]bool{}, failures: true}
 					for i := range 200 {
 						if i < 150 && w.rng.IntN(10) == 0 {

@@ -33,12 +33,15 @@ const (
 	eventAdopted          = "Adopted"
 )
 
-// slowStartInitialBatch is the size of the first batch of creates or deletes; each later batch
-// doubles while the previous one fully succeeded, as upstream's slowStartBatch.
-const slowStartInitialBatch = 1
+// maxInFlight is the most creates (or deletes) of one set that are in flight at once. The window
+// of a reconcile opens at one write and widens by one with every write that succeeds (so it
+// doubles once per round trip, as slow start), up to maxInFlight, and closes at the first failure.
+// See docs/workerset.md for why 16.
+const maxInFlight = 16
 
 // podControl performs the writes of a plan: the only code that creates, updates or deletes Pods
-// and claims. It records expectations before every write and settles them when a write fails.
+// and claims. It records expectations before every Pod create and delete and every claim patch,
+// and settles them when a write fails.
 type podControl struct {
 	client       client.Client
 	recorder     events.EventRecorder
@@ -73,7 +76,7 @@ func failureReason(err error) string {
 	return appsv1alpha1.ReasonCreateFailed
 }
 
-// apply carries out the plan. It stops at the first failing batch and returns the errors.
+// apply carries out the plan. Creates and deletes stop at the first failure; it returns the errors.
 func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	done := &successes{}
 	defer done.emit(c.recorder, s.set)
@@ -93,13 +96,13 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 		}
 	}
 
-	created, err := slowStart(len(p.creates), func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
+	created, err := window(len(p.creates), maxInFlight, func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
 	if err != nil {
 		errs = append(errs, failed(appsv1alpha1.ReasonCreateFailed, err))
 	}
 	if created < len(p.creates) {
 		// Later ordinals wait for the failure to clear; deletes still run, they free capacity.
-		ctrl.LoggerFrom(ctx).V(4).Info("Skipped creates after a failed batch", "skipped", len(p.creates)-created)
+		ctrl.LoggerFrom(ctx).V(4).Info("Skipped creates after a failed create", "skipped", len(p.creates)-created)
 	}
 
 	for _, pod := range p.drains {
@@ -113,7 +116,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 			deletes = append(deletes, d)
 		}
 	}
-	if _, err := slowStart(len(deletes), func(i int) error { return c.deletePod(ctx, s, deletes[i], done) }); err != nil {
+	if _, err := window(len(deletes), maxInFlight, func(i int) error { return c.deletePod(ctx, s, deletes[i], done) }); err != nil {
 		errs = append(errs, err)
 	}
 	for _, r := range p.resizes {
@@ -125,30 +128,33 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	return errors.Join(errs...)
 }
 
-// slowStart runs fn for 0..n-1 in batches of 1, 2, 4, …, in parallel within a batch, and stops after
-// the first batch with an error. It returns how many calls succeeded.
-func slowStart(n int, fn func(i int) error) (int, error) {
-	done := 0
-	for batch := slowStartInitialBatch; done < n; batch *= 2 {
-		size := min(batch, n-done)
-		errs := make([]error, size)
-		var wg sync.WaitGroup
-		for j := range size {
-			wg.Go(func() { errs[j] = fn(done + j) })
+// window runs fn for 0..n-1, in order, with at most width calls in flight: width starts at one
+// and grows by one with every call that succeeds, up to limit. At the first failure no further
+// call starts (the calls in flight finish), so a write the apiserver refuses costs a few failed
+// requests, not n. There is no barrier: a slow call holds one slot, not the whole batch. It
+// returns how many calls succeeded and their errors.
+func window(n, limit int, fn func(i int) error) (int, error) {
+	results := make(chan error)
+	next, inFlight, width, ok := 0, 0, 1, 0
+	var errs []error
+	for {
+		for len(errs) == 0 && next < n && inFlight < width {
+			go func(i int) { results <- fn(i) }(next)
+			next++
+			inFlight++
 		}
-		wg.Wait()
-		ok := 0
-		for _, err := range errs {
-			if err == nil {
-				ok++
-			}
+		if inFlight == 0 {
+			return ok, errors.Join(errs...)
 		}
-		done += size
-		if err := errors.Join(errs...); err != nil {
-			return done - size + ok, err
+		err := <-results
+		inFlight--
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		ok++
+		width = min(width+1, limit)
 	}
-	return done, nil
 }
 
 // createPod creates the Pod's missing claims, then the Pod.
@@ -255,7 +261,9 @@ func (c *podControl) updateClaimOwners(ctx context.Context, s *scope, u claimOwn
 	claim := u.claim.DeepCopy()
 	patch := client.MergeFromWithOptions(u.claim, client.MergeFromWithOptimisticLock{})
 	claim.OwnerReferences = u.owners
+	c.expectations.ExpectClaimWrite(s.key, claim.Name, u.claim.ResourceVersion)
 	if err := c.client.Patch(ctx, claim, patch); err != nil {
+		c.expectations.ClaimWriteFailed(s.key, claim.Name)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return fmt.Errorf("update owners of claim %s: %w", claim.Name, err)
 		}
@@ -305,7 +313,9 @@ func (c *podControl) resizeClaim(ctx context.Context, s *scope, r claimResize) e
 	patched := r.claim.DeepCopy()
 	patch := client.MergeFromWithOptions(r.claim, client.MergeFromWithOptimisticLock{})
 	patched.Spec.Resources.Requests[corev1.ResourceStorage] = r.storage
+	c.expectations.ExpectClaimWrite(s.key, r.claim.Name, r.claim.ResourceVersion)
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		c.expectations.ClaimWriteFailed(s.key, r.claim.Name)
 		c.recorder.Eventf(s.set, r.claim, corev1.EventTypeWarning, eventFailedUpdate, "ResizeClaim",
 			"resize Claim %s in WorkerSet %s to %s failed error: %s", r.claim.Name, s.set.Name, r.storage.String(), err)
 		return fmt.Errorf("resize claim %s: %w", r.claim.Name, err)

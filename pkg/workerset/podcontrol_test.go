@@ -62,7 +62,7 @@ func TestClaimOwnerFailureHoldsBackThePodDelete(t *testing.T) {
 		{"broken rollout", func(pods []*corev1.Pod) { setPodState(pods[2], podPending); atRevision("old", pods[2:]) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			set := newSet("w").replicas(3).claims("data").retention(retain, del).obj()
+			set := newSet("w").Replicas(3).VolumeClaim("data", "", "1Gi").ClaimRetention(retain, del).Obj()
 			pods := podsOf(set, podReady, 0, 1, 2)
 			tt.state(pods)
 			owned := claimFor(set, "data", 2, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "w-2", UID: pods[2].UID})

@@ -18,7 +18,7 @@ import (
 // bumps collisionCount when the name holds a different template or another controller's revision;
 // either way the reconcile succeeds and the Pods are created.
 func TestOrphanedControllerRevision(t *testing.T) {
-	set := newSet("w").replicas(2).obj()
+	set := newSet("w").Replicas(2).Obj()
 	hash := templateHash(&set.Spec.Template, nil)
 	orphan := func(mutate func(rev *appsv1.ControllerRevision)) *appsv1.ControllerRevision {
 		other := set.DeepCopy()

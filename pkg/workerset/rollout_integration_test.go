@@ -99,7 +99,7 @@ func TestIntegrationRevisionsRollbackAndHistory(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
 	kubelet(t, ns)
-	set := newSet("r").replicas(2).obj()
+	set := newSet("r").Replicas(2).Obj()
 	set.Spec.RevisionHistoryLimit = ptr.To[int32](2)
 	createSet(t, ns, set)
 	wantImages(t, ns, map[string]string{"r-0": "worker:1", "r-1": "worker:1"})
@@ -143,7 +143,7 @@ func TestIntegrationRollingUpdatePartition(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
 	kubelet(t, ns)
-	createSet(t, ns, newSet("p").replicas(4).rolling(2, intstr.FromInt32(1)).obj())
+	createSet(t, ns, newSet("p").Replicas(4).Partition(2).MaxUnavailable(intstr.FromInt32(1)).Obj())
 	wantImages(t, ns, map[string]string{"p-0": "worker:1", "p-1": "worker:1", "p-2": "worker:1", "p-3": "worker:1"})
 	setImage(t, ns, "p", "worker:2")
 	wantImages(t, ns, map[string]string{"p-0": "worker:1", "p-1": "worker:1", "p-2": "worker:2", "p-3": "worker:2"})
@@ -170,9 +170,9 @@ func TestIntegrationBrokenRolloutRecovery(t *testing.T) {
 		name string
 		set  *appsv1alpha1.WorkerSet
 	}{
-		{"OrderedReady RollingUpdate", newSet("b").replicas(3).ordered().obj()},
-		{"Parallel RollingUpdate", newSet("b").replicas(3).obj()},
-		{"OrderedReady OnDelete", newSet("b").replicas(3).ordered().onDelete().obj()},
+		{"OrderedReady RollingUpdate", newSet("b").Replicas(3).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Obj()},
+		{"Parallel RollingUpdate", newSet("b").Replicas(3).Obj()},
+		{"OrderedReady OnDelete", newSet("b").Replicas(3).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).OnDelete().Obj()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t)
@@ -219,7 +219,7 @@ func TestIntegrationDrainBeforeScaleDown(t *testing.T) {
 	needEnv(t)
 	ns := newNamespace(t)
 	kubelet(t, ns)
-	set := newSet("d").replicas(3).obj()
+	set := newSet("d").Replicas(3).Obj()
 	set.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: ptr.To[int32](3600)}
 	createSet(t, ns, set)
 	pods := wantPods(t, ns, "d-0", "d-1", "d-2")
@@ -291,7 +291,7 @@ func TestIntegrationClaimResize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	set := newSet("v").replicas(2).claims("data", "logs").obj()
+	set := newSet("v").Replicas(2).VolumeClaim("data", "", "1Gi").VolumeClaim("logs", "", "1Gi").Obj()
 	set.Spec.VolumeClaimTemplates[0].Spec.StorageClassName = ptr.To(ns + "-expandable")
 	set.Spec.VolumeClaimTemplates[1].Spec.StorageClassName = ptr.To(ns + "-fixed")
 	createSet(t, ns, set)

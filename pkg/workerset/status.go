@@ -87,6 +87,29 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 	return st, recheck
 }
 
+// statusUrgent says whether a new status must be written at once instead of with the next paced
+// write (statusInterval): anything but the counters and the conditions' messages changed. A
+// condition's status or reason (Progressing turning False as the set settles, Available turning
+// True, a ReplicaFailure), observedGeneration, the revisions, the selector or the collision count.
+func statusUrgent(old, want *appsv1alpha1.WorkerSetStatus) bool {
+	if old.ObservedGeneration != want.ObservedGeneration || old.CurrentRevision != want.CurrentRevision ||
+		old.UpdateRevision != want.UpdateRevision || old.Selector != want.Selector ||
+		!equalInt32Ptr(old.CollisionCount, want.CollisionCount) || len(old.Conditions) != len(want.Conditions) {
+		return true
+	}
+	for _, c := range want.Conditions {
+		o := meta.FindStatusCondition(old.Conditions, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration {
+			return true
+		}
+	}
+	return false
+}
+
+func equalInt32Ptr(a, b *int32) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
 func setCondition(st *appsv1alpha1.WorkerSetStatus, typ string, status metav1.ConditionStatus, reason, message string, gen int64) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: gen,

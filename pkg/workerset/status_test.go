@@ -12,7 +12,7 @@ import (
 )
 
 func TestComputeStatus(t *testing.T) {
-	set := newSet("w").replicas(3).obj()
+	set := newSet("w").Replicas(3).Obj()
 	set.Spec.MinReadySeconds = 30
 	pods := podsOf(set, podReady, 0, 1)
 	// w-1 became Ready 10 s ago: Ready but not yet available.

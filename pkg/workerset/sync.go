@@ -17,8 +17,8 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
-// createsPerReconcile is the most Pods one reconcile builds and creates: its slow-start batches
-// 1, 2, 4, …, 256 (a failing batch stops the rest). A scale-up by more goes on in the next
+// createsPerReconcile is the most Pods one reconcile builds and creates (through the create window,
+// which a failure closes). A scale-up by more goes on in the next
 // reconcile, once the expectations show these creates; so a large replicas costs memory for one
 // round of Pods, never for all the missing ones at once.
 const createsPerReconcile = 511

@@ -8,56 +8,23 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
-// setBuilder builds WorkerSets for tests: newSet("w").replicas(2).obj().
-type setBuilder struct{ set *appsv1alpha1.WorkerSet }
-
-func newSet(name string) *setBuilder {
-	return &setBuilder{set: &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid"), Generation: 1},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas:            ptr.To[int32](1),
-			PodManagementPolicy: appsv1alpha1.ParallelPodManagement,
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker:1"}}},
-			},
-		},
-	}}
+// newSet starts a WorkerSet of this package's tests from the fixtures builder, as the API server
+// would hold it: namespace "ns", a UID and generation 1, one replica, Parallel, the template label
+// app=<name> and the image worker:1.
+func newSet(name string) *fixtures.WorkerSetWrapper {
+	return fixtures.MakeWorkerSet("ns", name).UID(types.UID(name+"-uid")).Generation(1).Replicas(1).
+		PodManagementPolicy(appsv1alpha1.ParallelPodManagement).PodLabel("app", name).Image("worker:1")
 }
-
-func (b *setBuilder) replicas(n int32) *setBuilder { b.set.Spec.Replicas = &n; return b }
-func (b *setBuilder) ordered() *setBuilder {
-	b.set.Spec.PodManagementPolicy = appsv1alpha1.OrderedReadyPodManagement
-	return b
-}
-func (b *setBuilder) claims(names ...string) *setBuilder {
-	for _, n := range names {
-		b.set.Spec.VolumeClaimTemplates = append(b.set.Spec.VolumeClaimTemplates, corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: n},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		})
-	}
-	return b
-}
-func (b *setBuilder) retention(whenDeleted, whenScaled appsv1alpha1.PersistentVolumeClaimRetentionPolicyType) *setBuilder {
-	b.set.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1alpha1.WorkerSetPersistentVolumeClaimRetentionPolicy{WhenDeleted: whenDeleted, WhenScaled: whenScaled}
-	return b
-}
-func (b *setBuilder) serviceName(n string) *setBuilder { b.set.Spec.ServiceName = n; return b }
-func (b *setBuilder) obj() *appsv1alpha1.WorkerSet     { return b.set }
 
 type podState int
 
@@ -128,10 +95,10 @@ func scopeFor(set *appsv1alpha1.WorkerSet, pods []*corev1.Pod, claims ...*corev1
 func concat(lists ...[]*corev1.Pod) []*corev1.Pod { return slices.Concat(lists...) }
 
 func TestDecide(t *testing.T) {
-	w3 := newSet("w").replicas(3).obj()
-	w2 := newSet("w").replicas(2).obj()
-	o3 := newSet("w").replicas(3).ordered().obj()
-	o1 := newSet("w").replicas(1).ordered().obj()
+	w3 := newSet("w").Replicas(3).Obj()
+	w2 := newSet("w").Replicas(2).Obj()
+	o3 := newSet("w").Replicas(3).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Obj()
+	o1 := newSet("w").Replicas(1).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Obj()
 	tests := []struct {
 		name       string
 		set        *appsv1alpha1.WorkerSet
@@ -191,7 +158,7 @@ func nilIfEmpty(s []string) []string {
 }
 
 func TestNewPod(t *testing.T) {
-	set := newSet("w").replicas(3).claims("data").serviceName("workers").obj()
+	set := newSet("w").Replicas(3).VolumeClaim("data", "", "1Gi").ServiceName("workers").Obj()
 	set.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, {Name: "scratch"}}
 	pod := newPod(set, &set.Spec.Template, 2, "abc")
 	wantLabels := map[string]string{
@@ -228,7 +195,7 @@ func TestNewPod(t *testing.T) {
 }
 
 func TestOrdinalOf(t *testing.T) {
-	set := newSet("w").obj()
+	set := newSet("w").Obj()
 	for name, want := range map[string]int{"w-0": 0, "w-12": 12, "w-": -1, "w-01": -1, "w-x": -1, "ww-1": -1, "w-1-2": -1, "w--1": -1} {
 		if got := ordinalOf(set, name); got != want {
 			t.Errorf("ordinalOf(%q) = %d, want %d", name, got, want)
@@ -237,8 +204,8 @@ func TestOrdinalOf(t *testing.T) {
 }
 
 func TestTemplateHash(t *testing.T) {
-	a := newSet("w").obj()
-	b := newSet("w").obj()
+	a := newSet("w").Obj()
+	b := newSet("w").Obj()
 	if templateHash(&a.Spec.Template, nil) != templateHash(&b.Spec.Template, nil) {
 		t.Error("equal templates hash differently")
 	}
@@ -276,7 +243,7 @@ func TestClaimRetention(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set := newSet("w").replicas(1).claims("data").retention(tt.whenDeleted, tt.whenScaled).obj()
+			set := newSet("w").Replicas(1).VolumeClaim("data", "", "1Gi").ClaimRetention(tt.whenDeleted, tt.whenScaled).Obj()
 			pods := podsOf(set, podReady, 0, 1)
 			// Both claims start with a stale Pod owner, as after a cancelled scale-down.
 			stale := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "old", UID: "old-uid"}
@@ -303,7 +270,7 @@ func TestClaimRetention(t *testing.T) {
 }
 
 func TestCreateWithClaims(t *testing.T) {
-	set := newSet("w").replicas(2).claims("data", "logs").obj()
+	set := newSet("w").Replicas(2).VolumeClaim("data", "", "1Gi").VolumeClaim("logs", "", "1Gi").Obj()
 	// data-w-1 exists already (retained from an earlier scale-down): only the others are created.
 	s := scopeFor(set, nil, claimFor(set, "data", 1))
 	p := decide(s)
@@ -323,7 +290,7 @@ func TestCreateWithClaims(t *testing.T) {
 // missing ordinal (2,000,000 deep-copied Pods exhaust the operator's memory): it builds only the
 // Pods this reconcile creates, the lowest missing ordinals, and still reports the scale-up.
 func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
-	set := newSet("w").replicas(20000).obj()
+	set := newSet("w").Replicas(20000).Obj()
 	s := scopeFor(set, podsOf(set, podReady, 0, 2))
 	p := decide(s)
 	if len(p.creates) != createsPerReconcile {
@@ -343,7 +310,7 @@ func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
 // yet have labelled it for a binding placed on it just before the mark. It goes once it has been
 // marked for drainAckWindow with still no label.
 func TestDrainWaitsForTheHoldController(t *testing.T) {
-	set := newSet("w").replicas(2).obj()
+	set := newSet("w").Replicas(2).Obj()
 	marked := podsOf(set, podDrained, 2)
 	marked[0].Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = testNow.Format(time.RFC3339)
 	s := scopeFor(set, concat(podsOf(set, podReady, 0, 1), marked))

@@ -17,19 +17,6 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
-func (b *setBuilder) rolling(partition int32, maxUnavailable intstr.IntOrString) *setBuilder {
-	b.set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{
-		Type:          appsv1alpha1.RollingUpdateWorkerSetStrategyType,
-		RollingUpdate: &appsv1alpha1.RollingUpdateWorkerSetStrategy{Partition: &partition, MaxUnavailable: &maxUnavailable},
-	}
-	return b
-}
-
-func (b *setBuilder) onDelete() *setBuilder {
-	b.set.Spec.UpdateStrategy = appsv1alpha1.WorkerSetUpdateStrategy{Type: appsv1alpha1.OnDeleteWorkerSetStrategyType}
-	return b
-}
-
 // atRevision puts Pods on a revision other than the scope's update revision "rev".
 func atRevision(rev string, pods []*corev1.Pod) []*corev1.Pod {
 	for _, p := range pods {
@@ -50,11 +37,11 @@ func TestDecideUpdate(t *testing.T) {
 	two := intstr.FromInt32(2)
 	one := intstr.FromInt32(1)
 	forty := intstr.FromString("40%")
-	r5 := newSet("w").replicas(5).rolling(0, two).obj()
-	p3 := newSet("w").replicas(5).rolling(3, one).obj()
-	pc5 := newSet("w").replicas(5).rolling(0, forty).obj()
-	o5 := newSet("w").replicas(5).ordered().rolling(0, two).obj()
-	d5 := newSet("w").replicas(5).onDelete().obj()
+	r5 := newSet("w").Replicas(5).Partition(0).MaxUnavailable(two).Obj()
+	p3 := newSet("w").Replicas(5).Partition(3).MaxUnavailable(one).Obj()
+	pc5 := newSet("w").Replicas(5).Partition(0).MaxUnavailable(forty).Obj()
+	o5 := newSet("w").Replicas(5).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Partition(0).MaxUnavailable(two).Obj()
+	d5 := newSet("w").Replicas(5).OnDelete().Obj()
 	tests := []struct {
 		name string
 		set  *appsv1alpha1.WorkerSet
@@ -96,7 +83,7 @@ func TestDecideUpdate(t *testing.T) {
 }
 
 func TestNewPodsBelowThePartitionKeepTheCurrentRevision(t *testing.T) {
-	set := newSet("w").replicas(4).rolling(2, intstr.FromInt32(1)).obj()
+	set := newSet("w").Replicas(4).Partition(2).MaxUnavailable(intstr.FromInt32(1)).Obj()
 	old := set.Spec.Template.DeepCopy()
 	old.Spec.Containers[0].Image = "worker:0"
 	s := scopeFor(set, nil)
@@ -123,11 +110,11 @@ func TestSimulatedRollout(t *testing.T) {
 			replicas := int32(3 + rng.IntN(8))
 			partition := int32(rng.IntN(3))
 			maxU := intstr.FromInt32(int32(1 + rng.IntN(3)))
-			b := newSet("w").replicas(replicas).rolling(partition, maxU)
+			b := newSet("w").Replicas(replicas).Partition(partition).MaxUnavailable(maxU)
 			if rng.IntN(2) == 0 {
-				b = b.ordered()
+				b = b.PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement)
 			}
-			set := b.obj()
+			set := b.Obj()
 			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
 			w.s.templates["bad"] = set.Spec.Template.DeepCopy()
 			converge := func() {
@@ -181,14 +168,14 @@ func (w *world) stepRollout() {
 }
 
 func TestDrain(t *testing.T) {
-	set := newSet("w").replicas(3).obj()
+	set := newSet("w").Replicas(3).Obj()
 	s := scopeFor(set, concat(podsOf(set, podReady, 0, 1), podsOf(set, podHeld, 2)))
 	p := decide(s)
 	if len(p.undrains) != 1 || p.undrains[0].Name != "w-2" || len(p.deletes) != 0 {
 		t.Errorf("a scale-up must cancel w-2's drain and delete nothing: undrains %v deletes %v", p.undrains, p.deleteNames())
 	}
 
-	set = newSet("w").replicas(2).obj()
+	set = newSet("w").Replicas(2).Obj()
 	s = scopeFor(set, concat(podsOf(set, podReady, 0, 1), podsOf(set, podHeld, 2)))
 	p = decide(s)
 	if len(p.deletes) != 0 || p.requeueAfter != 60*time.Second {
@@ -207,7 +194,7 @@ func TestDrain(t *testing.T) {
 }
 
 func TestRolloutPausedAtThePartition(t *testing.T) {
-	set := newSet("w").replicas(4).rolling(2, intstr.FromInt32(1)).obj()
+	set := newSet("w").Replicas(4).Partition(2).MaxUnavailable(intstr.FromInt32(1)).Obj()
 	s := scopeFor(set, concat(atRevision("old", podsOf(set, podReady, 0, 1)), podsOf(set, podReady, 2, 3)))
 	p := decide(s)
 	st, _ := computeStatus(s, p, nil)
@@ -230,8 +217,8 @@ func withHold(pods []*corev1.Pod) []*corev1.Pod {
 // then delete once the label is gone or drainTimeoutSeconds has passed.
 func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
 	one := intstr.FromInt32(1)
-	r5 := newSet("w").replicas(5).rolling(0, one).obj()
-	zero := newSet("w").replicas(5).rolling(0, one).obj()
+	r5 := newSet("w").Replicas(5).Partition(0).MaxUnavailable(one).Obj()
+	zero := newSet("w").Replicas(5).Partition(0).MaxUnavailable(one).Obj()
 	zero.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: new(int32)}
 	tests := []struct {
 		name        string
@@ -299,7 +286,7 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
-			set := newSet("w").replicas(int32(2+rng.IntN(4))).rolling(0, intstr.FromInt32(int32(1+rng.IntN(2)))).obj()
+			set := newSet("w").Replicas(int32(2 + rng.IntN(4))).Partition(0).MaxUnavailable(intstr.FromInt32(int32(1 + rng.IntN(2)))).Obj()
 			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
 			for i := range 400 {
 				w.s.now = testNow.Add(time.Duration(i) * time.Second)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 const namespace = "bench"
@@ -49,11 +50,7 @@ func (w *workload) setUp(ctx context.Context) error {
 		return err
 	}
 	for _, c := range classes {
-		wc := &schedulingv1alpha1.WorkerClass{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: c.name},
-			Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: c.capacity},
-		}
-		if err := w.cp.client.Create(ctx, wc); err != nil {
+		if err := w.cp.client.Create(ctx, fixtures.MakeWorkerClass(namespace, c.name).Capacity(c.capacity).Obj()); err != nil {
 			return err
 		}
 	}
@@ -207,24 +204,9 @@ func (w *workload) round(ctx context.Context, bin, work, keepLogs, cpuProfiles, 
 // createPod creates worker Pod i of the round: classes in turn, the requests of a small worker.
 func (w *workload) createPod(ctx context.Context, prefix, schedulerName string, i int) error {
 	class := classes[i%len(classes)].name
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace,
-			Name:      fmt.Sprintf("%s-%05d", prefix, i),
-			Labels:    map[string]string{"app": "worker-" + class, schedulingv1alpha1.WorkerClassLabel: class},
-		},
-		Spec: corev1.PodSpec{
-			SchedulerName:                 schedulerName,
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []corev1.Container{{
-				Name: "worker", Image: "registry.example/worker-" + class + ":1",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    resource.MustParse("100m"),
-					corev1.ResourceMemory: resource.MustParse("128Mi"),
-				}},
-			}},
-		},
-	}
+	pod := fixtures.MakeWorkerSet(namespace, "worker-"+class).Class(class).PodLabel("app", "worker-"+class).
+		Image("registry.example/worker-"+class+":1").Requests("100m", "128Mi").TerminationGracePeriod(0).
+		SchedulerName(schedulerName).Pod(fmt.Sprintf("%s-%05d", prefix, i))
 	_, err := w.cp.clientset.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }

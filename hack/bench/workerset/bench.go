@@ -18,7 +18,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -31,6 +30,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // setName names the WorkerSet and the StatefulSet; the Pods are <setName>-<ordinal> in every run.
@@ -66,6 +66,17 @@ type result struct {
 	events int
 	// controlPlaneCPU is the CPU time each component of the cluster used during the run.
 	controlPlaneCPU map[string]time.Duration
+	// idle is the idle measurement that followed the run, if any.
+	idle *idleCost
+}
+
+// idleCost is what a WorkerSet whose Pods are all Ready costs while nothing changes.
+type idleCost struct {
+	window       time.Duration
+	operatorCPU  time.Duration
+	operatorRSS  int64
+	apiserverCPU time.Duration
+	setWrites    int
 }
 
 // bench runs contenders against one cluster.
@@ -97,23 +108,12 @@ func newBench(c *cluster.Cluster, cfg *config, m mode) (*bench, error) {
 	return &bench{cfg: cfg, mode: m, c: c, watcher: watcher, dynamic: dyn, admin: admin}, nil
 }
 
-// template is the Pod template every contender uses: one tiny container, no volumes. The simulated
-// nodes carry no taints, so no tolerations are needed.
-func template() corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "bench"}},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:  "worker",
-				Image: "registry.invalid/bench-worker:1",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    resource.MustParse("10m"),
-					corev1.ResourceMemory: resource.MustParse("16Mi"),
-				}},
-			}},
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-		},
-	}
+// podTemplate is what every contender runs: the fixtures' worker (one container) with tiny
+// requests, the label app=bench and terminationGracePeriodSeconds 0. The simulated nodes carry no
+// taints, so no tolerations are needed.
+func podTemplate(ns string) *fixtures.WorkerSetWrapper {
+	return fixtures.MakeWorkerSet(ns, setName).PodLabel("app", "bench").Image("registry.invalid/bench-worker:1").
+		Requests("10m", "16Mi").TerminationGracePeriod(0)
 }
 
 // run runs one contender with n Pods in a namespace of its own, then removes the namespace and
@@ -223,8 +223,50 @@ func (b *bench) measure(ctx context.Context, contender, ns string, n int, res *r
 		if res.operatorRSS == 0 {
 			return fmt.Errorf("could not read the operator's VmHWM (did it exit?): %s", op.Tail())
 		}
+		if b.cfg.idle > 0 && n == b.cfg.idleN && res.round == 1 {
+			if res.idle, err = b.measureIdle(ctx, op, ns); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// measureIdle leaves the operator running over the set whose Pods are all Ready, waits -settle,
+// then measures for -idle what it costs while nothing changes.
+func (b *bench) measureIdle(ctx context.Context, op *operatorproc.Operator, ns string) (*idleCost, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(b.cfg.settle):
+	}
+	setWrites, err := b.countSetWrites(ctx, setResources[contenderWorkerSet], ns)
+	if err != nil {
+		return nil, err
+	}
+	logf("mode %s: idle: measuring the operator for %s with every Pod Ready", b.mode.name, b.cfg.idle)
+	_, cpuBefore := op.Usage()
+	planeBefore := procstat.ControlPlaneCPU(b.c.Workdir())
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("idle measurement: %w", ctx.Err())
+	case <-time.After(b.cfg.idle):
+	}
+	_, cpuAfter := op.Usage()
+	idle := &idleCost{
+		window:       b.cfg.idle,
+		operatorCPU:  cpuAfter - cpuBefore,
+		operatorRSS:  op.RSS(),
+		apiserverCPU: cpuSince(b.c.Workdir(), planeBefore)["kube-apiserver"],
+		setWrites:    setWrites(),
+	}
+	if idle.operatorRSS == 0 {
+		return nil, fmt.Errorf("could not read the operator's VmRSS (did it exit?): %s", op.Tail())
+	}
+	logf("mode %s: idle: operator CPU %.2fs over %s (%.2f%% of a core), RSS %.0f MiB, apiserver CPU %.2fs, set writes %d", b.mode.name,
+		idle.operatorCPU.Seconds(), idle.window, 100*idle.operatorCPU.Seconds()/idle.window.Seconds(), float64(idle.operatorRSS)/(1<<20),
+		idle.apiserverCPU.Seconds(), idle.setWrites)
+	return idle, nil
 }
 
 // watchPods runs an informer on the Pods of ns that feeds tr, and returns once it has synced.
@@ -272,18 +314,11 @@ func (b *bench) countSetWrites(ctx context.Context, gvr schema.GroupVersionResou
 }
 
 func newWorkerSet(ns string, n int) *appsv1alpha1.WorkerSet {
-	return &appsv1alpha1.WorkerSet{
-		ObjectMeta: metav1.ObjectMeta{Name: setName, Namespace: ns},
-		Spec: appsv1alpha1.WorkerSetSpec{
-			Replicas:            ptr.To(int32(n)),
-			Template:            template(),
-			PodManagementPolicy: appsv1alpha1.ParallelPodManagement,
-		},
-	}
+	return podTemplate(ns).Replicas(int32(n)).PodManagementPolicy(appsv1alpha1.ParallelPodManagement).Obj()
 }
 
 func newStatefulSet(ns string, n int) *appsv1.StatefulSet {
-	tmpl := template()
+	tmpl := podTemplate(ns).Obj().Spec.Template
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: setName, Namespace: ns},
 		Spec: appsv1.StatefulSetSpec{
@@ -356,15 +391,8 @@ func createPod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) er
 // floorPod is the Pod the floor creates for an ordinal: the template, the WorkerSet's Pod name and
 // its name and index labels, no owner.
 func floorPod(ns string, i int) *corev1.Pod {
-	tmpl := template()
 	name := fmt.Sprintf("%s-%d", setName, i)
-	labels := tmpl.Labels
-	labels[appsv1alpha1.PodNameLabel] = name
-	labels[appsv1alpha1.PodIndexLabel] = strconv.Itoa(i)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:       tmpl.Spec,
-	}
+	return podTemplate(ns).PodLabel(appsv1alpha1.PodNameLabel, name).PodLabel(appsv1alpha1.PodIndexLabel, strconv.Itoa(i)).Pod(name)
 }
 
 // cleanup deletes the namespace and waits until it and every Pod in it are gone.

@@ -33,6 +33,11 @@
 // The operator's peak resident set (VmHWM of /proc/<pid>/status) is read at the end of each
 // WorkerSet run, before the operator is stopped.
 //
+// With -idle D, the first WorkerSet run of -idle-n Pods in each mode is followed by an idle
+// measurement: every Pod Ready, nothing changing, the operator is left running; after -settle it
+// measures, over D, the operator's CPU time, its resident set at the end, the kube-apiserver's CPU
+// time and the writes to the set.
+//
 // Usage, from the module root after `make tools`:
 //
 //	go run ./hack/bench/workerset -sizes 100,500,1000
@@ -111,6 +116,10 @@ type config struct {
 	operatorBin      string
 	keepLogs         string
 	operatorArgs     []string
+	// idle is how long the idle cost is measured after the first WorkerSet run of idleN Pods in
+	// every mode; zero skips it.
+	idle  time.Duration
+	idleN int
 }
 
 func main() {
@@ -140,6 +149,8 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&cfg.settle, "settle", 5*time.Second, "Pause after each cleanup before the next run.")
 	flag.StringVar(&cfg.operatorBin, "operator", "", "Prebuilt operator binary; empty builds ./cmd/operator into a temporary directory.")
 	flag.StringVar(&cfg.keepLogs, "logs", "", "Directory that receives the operator's log of every run; empty discards them.")
+	flag.DurationVar(&cfg.idle, "idle", 0, "After the first WorkerSet run of -idle-n Pods in each mode, keep the operator running with every Pod Ready and nothing changing for this long and report its CPU, RSS and writes; 0 skips it.")
+	flag.IntVar(&cfg.idleN, "idle-n", 1000, "The size whose first WorkerSet run is followed by the idle measurement.")
 	flag.StringVar(&operatorArgs, "operator-args", "", "Extra arguments of the operator, separated by spaces, e.g. -v=4 (with -logs).")
 	flag.Parse()
 	cfg.operatorArgs = strings.Fields(operatorArgs)

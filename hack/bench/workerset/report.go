@@ -43,6 +43,57 @@ func writeReport(w io.Writer, cfg *config, results []result) {
 		}
 	}
 
+	writeAPIServerCPU(p, cfg, results)
+	writeIdle(p, cfg, results)
+	writeRuns(p, results)
+}
+
+// printer writes formatted text to the report.
+type printer func(format string, args ...any)
+
+// writeAPIServerCPU writes the table of kube-apiserver CPU and status writes per size.
+func writeAPIServerCPU(p printer, cfg *config, results []result) {
+	p("\nkube-apiserver CPU time from the create call to all Ready (median of the rounds), and the WorkerSet's status writes (changes of the set object) per 1,000 Pods (median):\n\n")
+	p("| mode | N | apiserver CPU: WorkerSet (s) | StatefulSet (s) | floor (s) | WorkerSet / floor | StatefulSet / floor | WorkerSet status writes per 1,000 Pods |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, m := range cfg.modes {
+		for _, n := range cfg.sizes {
+			ws, wsOK := medianOf(results, m.name, contenderWorkerSet, n, apiserverCPU)
+			sts, stsOK := medianOf(results, m.name, contenderStatefulSet, n, apiserverCPU)
+			floor, floorOK := medianOf(results, m.name, contenderFloor, n, apiserverCPU)
+			writes, writesOK := medianOf(results, m.name, contenderWorkerSet, n, func(r result) float64 { return float64(r.setWrites) * 1000 / float64(r.n) })
+			if !wsOK && !stsOK && !floorOK {
+				continue
+			}
+			p("| %s | %d | %s | %s | %s | %s | %s | %s |\n", m.name, n, secs(ws, wsOK), secs(sts, stsOK), secs(floor, floorOK),
+				ratio(ws, floor, wsOK && floorOK), ratio(sts, floor, stsOK && floorOK), perThousand(writes, writesOK))
+		}
+	}
+
+}
+
+// writeIdle writes the idle measurements, if any.
+func writeIdle(p printer, cfg *config, results []result) {
+	var idle []result
+	for _, r := range results {
+		if r.idle != nil {
+			idle = append(idle, r)
+		}
+	}
+	if len(idle) > 0 {
+		p("\nIdle cost: after the first WorkerSet run of the size, every Pod Ready and nothing changing, the operator left running (after a %s settle):\n\n", cfg.settle)
+		p("| mode | N | window | operator CPU (s) | share of one core | operator RSS at the end (MiB) | apiserver CPU (s) | set writes |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range idle {
+			p("| %s | %d | %s | %.2f | %.2f%% | %s | %.2f | %d |\n", r.mode, r.n, r.idle.window, r.idle.operatorCPU.Seconds(),
+				100*r.idle.operatorCPU.Seconds()/r.idle.window.Seconds(), mib(r.idle.operatorRSS), r.idle.apiserverCPU.Seconds(), r.idle.setWrites)
+		}
+	}
+
+}
+
+// writeRuns writes the table of every run.
+func writeRuns(p printer, results []result) {
 	p("\nEvery run. Times are from the create call: \"first Pod\" is when the watch saw the first Pod; \"created\", \"bound\" and \"Ready\" are when the watch had seen the last of the N Pods exist, be bound to a node, and be Ready. " +
 		"\"set writes\" counts the changes of the set object (status writes) until then, \"Events\" the Events in the namespace then. " +
 		"CPU is the CPU time used from the create call to all Ready by kube-apiserver, etcd, and the whole control plane (those two, kube-controller-manager, kube-scheduler, kwok-controller), and by the operator over its life.\n\n")
@@ -66,10 +117,24 @@ func writeReport(w io.Writer, cfg *config, results []result) {
 
 // median is the median time to all Ready of the runs of one contender, in seconds.
 func median(results []result, mode, contender string, n int) (float64, bool) {
+	return medianOf(results, mode, contender, n, func(r result) float64 { return r.ready.Seconds() })
+}
+
+func apiserverCPU(r result) float64 { return r.controlPlaneCPU["kube-apiserver"].Seconds() }
+
+func perThousand(v float64, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// medianOf is the median of f over the runs of one contender.
+func medianOf(results []result, mode, contender string, n int, f func(result) float64) (float64, bool) {
 	var xs []float64
 	for _, r := range results {
 		if r.mode == mode && r.contender == contender && r.n == n {
-			xs = append(xs, r.ready.Seconds())
+			xs = append(xs, f(r))
 		}
 	}
 	if len(xs) == 0 {

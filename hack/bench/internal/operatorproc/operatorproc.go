@@ -158,6 +158,24 @@ func (o *Operator) Usage() (peakRSS int64, cpu time.Duration) {
 	return peakRSS, procstat.ProcessCPU(pid)
 }
 
+// RSS returns the operator's resident set now (VmRSS) in bytes, or zero when /proc cannot be read.
+func (o *Operator) RSS() int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", o.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			fields := strings.Fields(rest) // "123456 kB"
+			if len(fields) == 2 && fields[1] == "kB" {
+				kb, _ := strconv.ParseInt(fields[0], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
 // Stop terminates the operator: SIGTERM, then SIGKILL after ten seconds.
 func (o *Operator) Stop() {
 	select {
