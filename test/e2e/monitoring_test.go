@@ -289,6 +289,12 @@ func promqlMetricNames(expr string) []string {
 		}
 		return i + 1
 	}
+	skipWhile := func(i int, in func(byte) bool) int {
+		for i < len(expr) && in(expr[i]) {
+			i++
+		}
+		return i
+	}
 	nextNonSpace := func(i int) int {
 		for i < len(expr) && (expr[i] == ' ' || expr[i] == '\n' || expr[i] == '\t') {
 			i++
@@ -305,11 +311,9 @@ func promqlMetricNames(expr string) []string {
 		case c == '[':
 			i = skipTo(i, ']')
 		case c == '$': // a Grafana variable
-			for i++; i < len(expr) && (isPart(expr[i]) || expr[i] == '{' || expr[i] == '}'); i++ {
-			}
+			i = skipWhile(i+1, func(b byte) bool { return isPart(b) || b == '{' || b == '}' })
 		case c >= '0' && c <= '9': // a number or a duration
-			for i++; i < len(expr) && (isPart(expr[i]) || expr[i] == '.'); i++ {
-			}
+			i = skipWhile(i+1, func(b byte) bool { return isPart(b) || b == '.' })
 		case isStart(c):
 			j := i + 1
 			for j < len(expr) && isPart(expr[j]) {
