@@ -83,9 +83,9 @@ func TestKubectlConveyor(t *testing.T) {
 			return waitingForYellow(ctx, ns, name, old.UID)
 		})
 	}
-	// The DeadEnd bindings keep their load on yellow until they are placed again.
+	// The unset bindings hold nothing on yellow until they are placed again.
 	broken := classStates(replicas, load, load)
-	broken["yellow"] = classState{workers: 0, requested: load, allocated: load}
+	broken["yellow"] = classState{workers: 0, requested: load, allocated: 0}
 	waitClasses(ctx, t, ns, broken)
 	golden(t, "kubectl-conveyor-get-broken", ns, runPlugin(ctx, t, ns, "get"))
 	golden(t, "kubectl-conveyor-describe-broken", ns, runPlugin(ctx, t, ns, "describe", "pipeline", "first"))
@@ -193,7 +193,9 @@ func waitingForYellow(ctx context.Context, ns, name string, oldUID types.UID) er
 	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-third"}, b); err != nil {
 		return err
 	}
-	if p.Status.Phase != schedulingv1alpha1.PipelineBroken || b.Status.Phase != schedulingv1alpha1.BindingDeadEnd {
+	// The dead stage went DeadEnd (its Event is checked below), and since no yellow worker has
+	// room it is unset while it waits (design.md §4.1), so its Service no longer names the Pod.
+	if p.Status.Phase != schedulingv1alpha1.PipelineBroken || b.Spec.Pod != "" || b.Status.Phase != schedulingv1alpha1.BindingUnset {
 		return fmt.Errorf("pipeline %s, binding %s-third %s on %q", p.Status.Phase, name, b.Status.Phase, b.Spec.Pod)
 	}
 	return hasEvents(ctx, ns, name, schedulingv1alpha1.EventBroken, schedulingv1alpha1.EventWaitingForCapacity)
