@@ -225,10 +225,9 @@ func hasEvents(ctx context.Context, ns, name string, reasons ...string) error {
 	return nil
 }
 
-// repairedOn checks that the pipeline is Ready with its yellow stage on a yellow-0 that is not the
-// Pod of oldUID, that Service has the new Pod as its one endpoint, and that the Events of the
-// repair are recorded: DeadEnd on the binding, Broken and Repaired on the pipeline.
-func repairedOn(ctx context.Context, ns, name string, oldUID types.UID) error {
+// readyOnNewYellow checks that the pipeline is Ready and its third stage's Service has as its one
+// endpoint a yellow-0 that is not the Pod of oldUID.
+func readyOnNewYellow(ctx context.Context, ns, name string, oldUID types.UID) error {
 	p := &schedulingv1alpha1.Pipeline{}
 	if err := env.Client().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 		return err
@@ -242,6 +241,16 @@ func repairedOn(ctx context.Context, ns, name string, oldUID types.UID) error {
 	}
 	if uid, ok := eps["yellow-0"]; len(eps) != 1 || !ok || uid == oldUID {
 		return fmt.Errorf("Service %s-third endpoints %v (old yellow-0 UID %s)", name, eps, oldUID)
+	}
+	return nil
+}
+
+// repairedOn checks that the pipeline is Ready with its yellow stage on a yellow-0 that is not the
+// Pod of oldUID, that Service has the new Pod as its one endpoint, and that the Events of the
+// repair are recorded: DeadEnd on the binding, Broken and Repaired on the pipeline.
+func repairedOn(ctx context.Context, ns, name string, oldUID types.UID) error {
+	if err := readyOnNewYellow(ctx, ns, name, oldUID); err != nil {
+		return err
 	}
 	return hasEvents(ctx, ns, name, schedulingv1alpha1.EventBroken, schedulingv1alpha1.EventRepaired)
 }

@@ -137,21 +137,7 @@ func TestOriginalScenarioOnKwok(t *testing.T) {
 	}
 	for _, name := range []string{"first", "second", "third"} {
 		testenv.EventuallyContext(ctx, t, name+" Ready on the new yellow-0", func(ctx context.Context) error {
-			p := &schedulingv1alpha1.Pipeline{}
-			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
-				return err
-			}
-			if p.Status.Phase != schedulingv1alpha1.PipelineReady {
-				return fmt.Errorf("phase %s", p.Status.Phase)
-			}
-			eps, err := endpointPods(ctx, ns, name+"-third")
-			if err != nil {
-				return err
-			}
-			if uid, ok := eps["yellow-0"]; len(eps) != 1 || !ok || uid == old.UID {
-				return fmt.Errorf("Service %s-third endpoints %v (old yellow-0 UID %s)", name, eps, old.UID)
-			}
-			return nil
+			return readyOnNewYellow(ctx, ns, name, old.UID)
 		})
 	}
 	events := &corev1.EventList{}
