@@ -2,7 +2,6 @@ package operator
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 )
 
 // Leader election timings. They are controller-runtime's defaults, set explicitly on the manager
@@ -177,25 +181,10 @@ func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
 	if err != nil {
 		return
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		// Not JSON (protobuf): the holder cannot be read, and only the elector writes the Lease,
-		// so take the success as a renewal.
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if sent.After(f.renewed) {
-			f.renewed = sent
-		}
-		return
-	}
-	var lease struct {
-		Metadata struct {
-			Name string `json:"name"`
-		} `json:"metadata"`
-		Spec struct {
-			HolderIdentity *string `json:"holderIdentity"`
-		} `json:"spec"`
-	}
-	if json.Unmarshal(body, &lease) != nil || lease.Metadata.Name != f.LeaseName {
+	lease, err := decodeLease(body)
+	if err != nil || lease.Name != f.LeaseName {
+		// Not a Lease this fence can read: no renewal. (The elector's requests are either
+		// encoding decodeLease reads, so this is never the fence's own Lease.)
 		return
 	}
 	f.mu.Lock()
@@ -221,13 +210,30 @@ func isRelease(req *http.Request) (bool, error) {
 		return false, err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	var lease struct {
-		Spec struct {
-			HolderIdentity *string `json:"holderIdentity"`
-		} `json:"spec"`
-	}
-	if json.Unmarshal(body, &lease) != nil {
-		return false, nil // not JSON: not read, let it through
+	lease, err := decodeLease(body)
+	if err != nil {
+		// A Lease write the fence cannot read may be a release: refused while the fence is
+		// closed, like one, rather than let through.
+		return true, nil
 	}
 	return lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", nil
+}
+
+// leaseDecoder reads a Lease in every encoding client-go sends: JSON, and protobuf, which the
+// generated clients (and so the leader elector) use by default.
+var leaseDecoder = serializer.NewCodecFactory(leaseScheme()).UniversalDeserializer()
+
+func leaseScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(coordinationv1.AddToScheme(s))
+	return s
+}
+
+// decodeLease decodes a Lease request or response body.
+func decodeLease(body []byte) (*coordinationv1.Lease, error) {
+	lease := &coordinationv1.Lease{}
+	if _, _, err := leaseDecoder.Decode(body, nil, lease); err != nil {
+		return nil, err
+	}
+	return lease, nil
 }

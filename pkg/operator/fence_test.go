@@ -1,12 +1,17 @@
 package operator
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 )
 
 const (
@@ -16,6 +21,19 @@ const (
 
 func leaseBody(name, holder string) string {
 	return `{"kind":"Lease","metadata":{"name":"` + name + `"},"spec":{"holderIdentity":"` + holder + `"}}`
+}
+
+// leaseProto is a Lease as the leader elector's generated client sends it and reads it back: in
+// protobuf, client-go's default for built-in types.
+func leaseProto(t *testing.T, name, holder string) string {
+	t.Helper()
+	lease := &coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	var buf bytes.Buffer
+	if err := protobuf.NewSerializer(leaseScheme(), leaseScheme()).Encode(lease, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
 }
 
 // TestLeaseFence drives the fence through sequences of requests on a fake clock and checks which
@@ -54,6 +72,19 @@ func TestLeaseFence(t *testing.T) {
 		{"a renewal goes through the closed fence", []req{
 			{method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("conveyor-operator.conveyor.dev", "me"), reqBody: leaseBody("conveyor-operator.conveyor.dev", "me"), sent: true},
 			write(time.Second, true)}},
+		{"a renewal in protobuf opens the fence", []req{
+			{method: http.MethodPut, path: leasePath, code: 200, body: leaseProto(t, "conveyor-operator.conveyor.dev", "me"), reqBody: leaseProto(t, "conveyor-operator.conveyor.dev", "me"), sent: true},
+			write(time.Second, true)}},
+		{"a release in protobuf closes the fence", []req{renew(0),
+			{at: time.Second, method: http.MethodPut, path: leasePath, code: 200, body: leaseProto(t, "conveyor-operator.conveyor.dev", ""), reqBody: leaseProto(t, "conveyor-operator.conveyor.dev", ""), sent: true},
+			write(2*time.Second, false)}},
+		// What issue 12's failover suite caught under load: the stopped leader's renewal timed
+		// out, so its elector still took itself for the holder and released, in protobuf, a
+		// Lease the new leader held.
+		{"a leader that lost its Lease may not release it in protobuf", []req{renew(0),
+			{at: 30 * time.Second, method: http.MethodPut, path: leasePath, body: leaseProto(t, "conveyor-operator.conveyor.dev", ""), reqBody: leaseProto(t, "conveyor-operator.conveyor.dev", ""), sent: false}}},
+		{"a Lease write the fence cannot read is refused like a release", []req{renew(0),
+			{at: 30 * time.Second, method: http.MethodPut, path: leasePath, reqBody: "\x00garbage", sent: false}}},
 		{"another Lease is no renewal", []req{{method: http.MethodPut, path: leasePath, code: 200, body: leaseBody("other", "me"), sent: true}, write(time.Second, false)}},
 		{"Events and Leases go through the closed fence", []req{
 			{method: http.MethodPost, path: "/api/v1/namespaces/ns/events", code: 201, body: "{}", sent: true},
