@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,10 +76,12 @@ func (r *KillReport) Failed() bool {
 
 // operatorArgs are the flags of a single operator process: the chart's client limits, no leader
 // election (nothing runs beside it, and a restarted process would wait out its own Lease), no
-// servers.
-func operatorArgs(kubeconfig string) []string {
+// servers, and the cache limited to the scenarios' namespaces: the failover suite runs its own
+// replicas on the same cluster at the same time, and a second operator placing its pipelines
+// would over-commit its workers (CI saw it: 1719 capacity violations in the failover namespace).
+func operatorArgs(kubeconfig string, namespaces []string) []string {
 	return []string{
-		"--kubeconfig=" + kubeconfig,
+		"--kubeconfig=" + kubeconfig, "--namespaces=" + strings.Join(namespaces, ","),
 		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--custom-metrics-port=0",
 		"--leader-elect=false",
@@ -108,8 +111,11 @@ func RunKills(ctx context.Context, c client.Client, ch *Checker, scenarios []Sce
 			k.op.Kill()
 		}
 	}()
+	for i := range scenarios {
+		k.namespaces = append(k.namespaces, fmt.Sprintf("crash-%d-%d", opts.Seed%1000, i))
+	}
 	for i, sc := range scenarios {
-		e := &Env{C: c, Checker: ch, NS: fmt.Sprintf("crash-%d-%d", opts.Seed%1000, i), Rng: k.rng, Logf: opts.Logf}
+		e := &Env{C: c, Checker: ch, NS: k.namespaces[i], Rng: k.rng, Logf: opts.Logf}
 		res := ScenarioResult{Name: sc.Name}
 		res.Err = k.runScenario(ctx, e, sc, &res)
 		if res.Err != nil {
@@ -132,6 +138,8 @@ type killer struct {
 	rep  *KillReport
 	op   *Proc
 	runs int
+	// namespaces are the scenarios' namespaces, the only ones the operator watches.
+	namespaces []string
 }
 
 // start starts the operator when it is not running.
@@ -140,7 +148,7 @@ func (k *killer) start() error {
 		return nil
 	}
 	k.runs++
-	op, err := StartProc(fmt.Sprintf("operator run %d", k.runs), k.opts.Bin, operatorArgs(k.opts.Kubeconfig), filepath.Join(k.opts.LogDir, "operator.log"))
+	op, err := StartProc(fmt.Sprintf("operator run %d", k.runs), k.opts.Bin, operatorArgs(k.opts.Kubeconfig, k.namespaces), filepath.Join(k.opts.LogDir, "operator.log"))
 	k.op = op
 	return err
 }
