@@ -34,9 +34,8 @@ const (
 )
 
 // maxInFlight is the most creates (or deletes) of one set that are in flight at once. The window
-// of a reconcile opens at one write and widens by one with every write that succeeds (so it
-// doubles once per round trip, as slow start), up to maxInFlight, and closes at the first failure.
-// See docs/workerset.md for why 16.
+// of a reconcile opens at one write, a probe; once a write has succeeded it opens to maxInFlight,
+// and it closes at the first failure. See docs/workerset.md for why 16, and why not slow start.
 const maxInFlight = 16
 
 // podControl performs the writes of a plan: the only code that creates, updates or deletes Pods
@@ -128,11 +127,12 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 	return errors.Join(errs...)
 }
 
-// window runs fn for 0..n-1, in order, with at most width calls in flight: width starts at one
-// and grows by one with every call that succeeds, up to limit. At the first failure no further
-// call starts (the calls in flight finish), so a write the apiserver refuses costs a few failed
-// requests, not n. There is no barrier: a slow call holds one slot, not the whole batch. It
-// returns how many calls succeeded and their errors.
+// window runs fn for 0..n-1, in order, with at most width calls in flight: the first call goes
+// alone, a probe, and once one call has succeeded width is limit. At the first failure no further
+// call starts (the calls in flight finish), so a write the apiserver refuses costs one failed
+// request when it refuses the first, and at most limit when it starts refusing later. There is no
+// barrier: a slow call holds one slot, not the whole batch. It returns how many calls succeeded
+// and their errors.
 func window(n, limit int, fn func(i int) error) (int, error) {
 	results := make(chan error)
 	next, inFlight, width, ok := 0, 0, 1, 0
@@ -153,7 +153,7 @@ func window(n, limit int, fn func(i int) error) (int, error) {
 			continue
 		}
 		ok++
-		width = min(width+1, limit)
+		width = limit
 	}
 }
 
