@@ -122,7 +122,8 @@ type bindingState struct {
 	phase                 string  // as the cache shows it; empty when absent
 	observed              holding // from the cache; zero when absent, deleted or its Pipeline is gone
 	observedGen           int64
-	present               bool // the cache shows the binding
+	observedUID           types.UID // the incarnation the cache shows
+	present               bool      // the cache shows the binding
 	pending               []*Reservation
 	// counted is what the binding contributes to its class's workers now: the union of the
 	// observed and pending Pods, each with the largest load on it.
@@ -150,6 +151,7 @@ type Reservation struct {
 	baseGen            int64     // the generation the write started from (0: a create)
 	done               bool      // the write returned
 	appliedGen         int64     // >0: the write applied and produced this generation
+	appliedUID         types.UID // the incarnation the write applied to ("" when not known)
 	unknownSince       time.Time // non-zero: the write's outcome is unknown
 }
 
@@ -423,6 +425,7 @@ func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted boo
 	if deleted {
 		bs.present = false
 		bs.observed = holding{}
+		bs.observedUID = b.UID
 		observedWrites = s.dropObservedLocked(bs, true)
 	} else {
 		observedWrites = s.observeLocked(bs, b)
@@ -444,6 +447,7 @@ func (s *nsState) observeLocked(bs *bindingState, b *schedulingv1alpha1.Pipeline
 	bs.present = true
 	bs.class = b.Spec.Class
 	bs.observedGen = b.Generation
+	bs.observedUID = b.UID
 	bs.observed = holding{pod: b.Spec.Pod, load: int64(b.Spec.DocumentsPerSecond)}
 	if b.DeletionTimestamp != nil {
 		bs.observed = holding{}
@@ -452,13 +456,26 @@ func (s *nsState) observeLocked(bs *bindingState, b *schedulingv1alpha1.Pipeline
 }
 
 // dropObservedLocked drops the pending writes of a binding that the cache shows: an applied write
-// whose generation the cache reached, or any applied write once the binding is deleted.
+// whose incarnation and generation the cache reached, or, once the binding is deleted, every
+// applied write to the incarnation deleted.
 func (s *nsState) dropObservedLocked(bs *bindingState, deleted bool) bool {
 	n := len(bs.pending)
 	bs.pending = slices.DeleteFunc(bs.pending, func(r *Reservation) bool {
-		return r.done && r.appliedGen > 0 && (deleted || bs.observedGen >= r.appliedGen)
+		if deleted {
+			// Gone: the writes to that incarnation (a delete, an update) are over; a create of a
+			// new one, made before the cache showed the old one go, is not.
+			return r.done && r.appliedGen > 0 && (r.delete || r.appliedUID == "" || r.appliedUID == bs.observedUID)
+		}
+		return r.done && r.appliedGen > 0 && bs.shows(r)
 	})
 	return len(bs.pending) != n
+}
+
+// shows says whether the cache shows the write of an applied reservation: the same incarnation of
+// the binding (a binding deleted and created again under its name starts at generation 1 once
+// more), at the write's generation or later.
+func (bs *bindingState) shows(r *Reservation) bool {
+	return bs.present && (r.appliedUID == "" || r.appliedUID == bs.observedUID) && bs.observedGen >= r.appliedGen
 }
 
 func (s *nsState) bindingLocked(name, pipeline, class string) *bindingState {
@@ -682,11 +699,11 @@ func (s *nsState) reserveLocked(namespace, binding, pipeline, class string, h ho
 	return r
 }
 
-// Settle reports the outcome of a reservation's write: the object the API server returned on
-// success (its generation), or the error. A write that provably did not apply releases the
+// Settle reports the outcome of a reservation's write: the generation and UID of the object the
+// API server returned on success, or the error. A write that provably did not apply releases the
 // reservation; an applied one stays until the cache shows that generation; an unknown outcome is
 // kept until the cache shows a newer generation or unknownOutcomeTTL passes.
-func (a *Allocator) Settle(r *Reservation, appliedGen int64, err error) {
+func (a *Allocator) Settle(r *Reservation, appliedGen int64, appliedUID types.UID, err error) {
 	s := a.ns(r.Namespace)
 	var fx effects
 	s.mu.Lock()
@@ -694,8 +711,8 @@ func (a *Allocator) Settle(r *Reservation, appliedGen int64, err error) {
 	r.done = true
 	switch {
 	case err == nil:
-		r.appliedGen = appliedGen
-		if bs != nil && ((bs.present && bs.observedGen >= appliedGen) || (r.delete && !bs.present)) {
+		r.appliedGen, r.appliedUID = appliedGen, appliedUID
+		if bs != nil && (bs.shows(r) || (r.delete && !bs.present)) {
 			s.dropLocked(bs, r, &fx)
 		}
 	case writeNotApplied(err):
@@ -755,7 +772,7 @@ func (a *Allocator) Settled(namespace string, bindings []string, cached []*sched
 				// The cache shows a newer binding than the write started from: the write applied,
 				// or another replaced it; either way the cache now holds the truth.
 				s.dropLocked(bs, r, &fx)
-			case r.done && r.appliedGen > 0 && bs.present && bs.observedGen >= r.appliedGen:
+			case r.done && r.appliedGen > 0 && bs.shows(r):
 				s.dropLocked(bs, r, &fx)
 			default:
 				settled = false

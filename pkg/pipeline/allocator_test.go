@@ -85,7 +85,7 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	if first.Unplaced != nil || first.Pods["s0"] != "green-0" {
 		t.Fatalf("first placement: %+v", first)
 	}
-	a.Settle(first.Reservations[0], 1, nil) // created; the cache has not shown it yet
+	a.Settle(first.Reservations[0], 1, "", nil) // created; the cache has not shown it yet
 	if a.Settled("ns", []string{"a-s0"}, nil) {
 		t.Fatal("Settled with a write the cache does not show: a second reconcile could undo it")
 	}
@@ -95,7 +95,7 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 		t.Fatalf("second placement on %v, want green-1: green-0 is held by the first write", second.Pods)
 	}
 	// ... and its create fails: only its own reservation goes.
-	a.Settle(second.Reservations[0], 0, errExists)
+	a.Settle(second.Reservations[0], 0, "", errExists)
 	if got := allocated(a, "green"); got["green-0"] != 10 || got["green-1"] != 0 {
 		t.Fatalf("allocated %v, want green-0=10 (the first write), green-1=0", got)
 	}
@@ -138,7 +138,7 @@ func TestAllocatorSettlesByOutcome(t *testing.T) {
 			if p.Pods["s0"] != "green-1" {
 				t.Fatalf("move placed on %v", p.Pods)
 			}
-			a.Settle(p.Reservations[0], 2, tt.err)
+			a.Settle(p.Reservations[0], 2, "", tt.err)
 			got := allocated(a, "green")
 			if got["green-1"] != tt.wantHeld || got["green-0"] != 10 {
 				t.Fatalf("allocated %v, want green-1=%d and green-0=10 (the binding still holds it until the cache shows the move)", got, tt.wantHeld)
@@ -161,7 +161,7 @@ func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	}
 	// The credit is not for another stage: s1 (new, 4) may not use s0's 6 on green-0, since s0's
 	// write may fail and leave it there.
-	a.Settle(p.Reservations[0], 0, errConflict)
+	a.Settle(p.Reservations[0], 0, "", errConflict)
 	q := a.Place(pl, []StageRequest{
 		{Stage: "s0", Binding: "a-s0", Class: "green", Load: 8, Current: "green-0"},
 		{Stage: "s1", Binding: "a-s1", Class: "green", Load: 4},
@@ -289,5 +289,43 @@ func TestAllocatorWakesOnlyWhatFits(t *testing.T) {
 	a.OnPipeline(hold, true) // hold goes: green-0 frees 10, room for one waiter of 6 (green-1 has 4)
 	if len(woken) != 1 || woken[0] != "w2" {
 		t.Fatalf("woken %v, want [w2]: two free spaces of 10 and 4 fit one stage of 6", woken)
+	}
+}
+
+// A binding deleted and created again under its name starts at generation 1 once more. When the
+// allocator still shows the old incarnation (its handler runs after the cache's store is updated,
+// so a reconcile can create the new one first), the create's reservation must stay until the cache
+// shows the new incarnation: comparing generations alone took the old one's generation 3 for the
+// new one's 1 and dropped the reservation, and another pipeline could take the same room.
+func TestAllocatorTellsIncarnationsApart(t *testing.T) {
+	a := greenWorld(t, 2)
+	pa := allocPipeline("a", 10, "green")
+	a.OnPipeline(pa, false)
+	old := allocBinding("a", "s0", "green", "green-0", 10, 3)
+	old.UID = "uid-old"
+	a.OnBinding(old, false)
+
+	p := a.Place(pa, []StageRequest{{Stage: "s0", Binding: "a-s0", Class: "green", Load: 10}}, true)
+	if p.Unplaced != nil || p.Pods["s0"] != "green-1" {
+		t.Fatalf("placement %+v, want green-1 (green-0 still shows the old incarnation)", p)
+	}
+	a.Settle(p.Reservations[0], 1, "uid-new", nil) // the new incarnation, created
+	if got := allocated(a, "green"); got["green-1"] != 10 {
+		t.Fatalf("allocated %v after the create: green-1 must stay held until the cache shows it", got)
+	}
+	a.OnBinding(old, true) // the cache catches up: the old incarnation goes ...
+	if got := allocated(a, "green"); got["green-0"] != 0 || got["green-1"] != 10 {
+		t.Fatalf("allocated %v after the old incarnation went, want green-0=0, green-1=10", got)
+	}
+	pb := allocPipeline("b", 10, "green")
+	a.OnPipeline(pb, false)
+	if q := a.Place(pb, []StageRequest{{Stage: "s0", Binding: "b-s0", Class: "green", Load: 10}}, true); q.Pods["s0"] != "green-0" {
+		t.Fatalf("pipeline b placed on %v, want green-0: green-1 would be over-committed", q.Pods)
+	}
+	created := allocBinding("a", "s0", "green", "green-1", 10, 1) // ... and the new one comes
+	created.UID = "uid-new"
+	a.OnBinding(created, false)
+	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
+		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
 	}
 }

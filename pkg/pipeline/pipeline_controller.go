@@ -461,7 +461,7 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 			if w.err != nil && !writeNotApplied(w.err) {
 				w.err = r.resolveUnknown(ctx, w)
 			}
-			r.Allocator.Settle(w.res, w.obj.Generation, w.err)
+			r.Allocator.Settle(w.res, w.obj.Generation, w.obj.UID, w.err)
 		})
 	}
 	wg.Wait()
@@ -496,7 +496,7 @@ func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope) error {
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
-		r.Allocator.Settle(res, b.Generation+1, err)
+		r.Allocator.Settle(res, b.Generation+1, b.UID, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("delete binding %s: %w", b.Name, err))
 			continue
