@@ -138,7 +138,7 @@ func deletedOnly() predicate.Predicate {
 // classToPipelines: a class's new spec (capacity, placement) matters to every pipeline using it.
 func (r *Reconciler) classToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &schedulingv1alpha1.PipelineList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{pipelineClassIndex: o.GetName()}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{pipelineClassIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil { // names only
 		ctrl.LoggerFrom(ctx).Error(err, "List pipelines for a class change", "class", o.GetName())
 		return nil
 	}

@@ -359,7 +359,7 @@ func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.
 func (r *BindingReconciler) classToBindings(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &schedulingv1alpha1.PipelineBindingList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{bindingClassIndex: o.GetName()}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{bindingClassIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil { // names only
 		ctrl.LoggerFrom(ctx).Error(err, "List bindings for a WorkerClass event", "class", o.GetName())
 		return nil
 	}
