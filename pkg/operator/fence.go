@@ -11,9 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // Leader election timings. They are controller-runtime's defaults, set explicitly on the manager
@@ -221,13 +219,7 @@ func isRelease(req *http.Request) (bool, error) {
 
 // leaseDecoder reads a Lease in every encoding client-go sends: JSON, and protobuf, which the
 // generated clients (and so the leader elector) use by default.
-var leaseDecoder = serializer.NewCodecFactory(leaseScheme()).UniversalDeserializer()
-
-func leaseScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(coordinationv1.AddToScheme(s))
-	return s
-}
+var leaseDecoder = clientgoscheme.Codecs.UniversalDeserializer()
 
 // decodeLease decodes a Lease request or response body.
 func decodeLease(body []byte) (*coordinationv1.Lease, error) {

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 const (
@@ -30,7 +31,7 @@ func leaseProto(t *testing.T, name, holder string) string {
 	lease := &coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
 	var buf bytes.Buffer
-	if err := protobuf.NewSerializer(leaseScheme(), leaseScheme()).Encode(lease, &buf); err != nil {
+	if err := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme).Encode(lease, &buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()

@@ -461,12 +461,15 @@ func (s *nsState) observeLocked(bs *bindingState, b *schedulingv1alpha1.Pipeline
 func (s *nsState) dropObservedLocked(bs *bindingState, deleted bool) bool {
 	n := len(bs.pending)
 	bs.pending = slices.DeleteFunc(bs.pending, func(r *Reservation) bool {
-		if deleted {
+		switch {
+		case !r.done || r.appliedGen == 0:
+			return false
+		case deleted:
 			// Gone: the writes to that incarnation (a delete, an update) are over; a create of a
 			// new one, made before the cache showed the old one go, is not.
-			return r.done && r.appliedGen > 0 && (r.delete || r.appliedUID == "" || r.appliedUID == bs.observedUID)
+			return r.delete || r.appliedUID == "" || r.appliedUID == bs.observedUID
 		}
-		return r.done && r.appliedGen > 0 && bs.shows(r)
+		return bs.shows(r)
 	})
 	return len(bs.pending) != n
 }
