@@ -42,7 +42,11 @@ type BindingReconciler struct {
 	// way of a binding is found with one read when its create reports AlreadyExists.
 	APIReader client.Reader
 
+	// Allocator names a WorkerClass's bindings when the class changes.
+	Allocator *Allocator
+
 	serviceProblems sync.Map // binding key → the Service problem last recorded as an Event
+	slices          sliceNames
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
@@ -65,19 +69,10 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToBinding)).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToBindings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToBinding)).
+		Watches(&discoveryv1.EndpointSlice{}, &r.slices).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
-}
-
-// sliceToBinding: a binding's Service has the binding's name.
-func sliceToBinding(_ context.Context, o client.Object) []reconcile.Request {
-	svc := o.GetLabels()[discoveryv1.LabelServiceName]
-	if svc == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: svc}}}
 }
 
 // podToBindings: the bindings on a Pod, or still served by it.
@@ -115,11 +110,20 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.List(ctx, slices, client.InNamespace(b.Namespace), client.MatchingFields{sliceServiceIndex: b.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list endpoint slices: %w", err)
+	var slices []discoveryv1.EndpointSlice
+	for _, name := range r.slices.of(b.Namespace, b.Name) {
+		slice := discoveryv1.EndpointSlice{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &slice); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return ctrl.Result{}, fmt.Errorf("get endpoint slice %s: %w", name, err)
+		}
+		if slice.Labels[discoveryv1.LabelServiceName] == b.Name {
+			slices = append(slices, slice)
+		}
 	}
-	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices.Items), svc, r.Now(), r.DeadEndGrace)
+	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices), svc, r.Now(), r.DeadEndGrace)
 	if wait := firstStatusWait(b, st, svcErr, r.Now()); wait > 0 {
 		// A new binding whose endpoint is simply not ready yet: its first status is written when
 		// the endpoint is (the EndpointSlice's event brings it back), or after the wait.

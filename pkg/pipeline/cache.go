@@ -15,8 +15,9 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// CacheOptions narrows a manager's cache to what the operator's controllers read, and strips
-// managedFields from every cached object:
+// CacheOptions narrows a manager's cache to what the operator's controllers read, strips
+// managedFields from every cached object and shares the strings thousands of them repeat
+// (internObject):
 //   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
@@ -42,14 +43,14 @@ func CacheOptions(base cache.Options) cache.Options {
 	base.ByObject[&corev1.Service{}] = cache.ByObject{Label: pipelines, Transform: trimService}
 	base.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Label: pipelines, Transform: digestConfigMap}
 	base.ByObject[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: pipelines, Transform: trimEndpointSlice}
-	base.DefaultTransform = cache.TransformStripManagedFields()
+	base.DefaultTransform = internObject
 	return base
 }
 
 // The transforms below keep, of the objects a pipeline has three or more of, only what the
 // controllers read: at thousands of pipelines these caches were most of the operator's memory
-// (docs/benchmarks.md, "Memory"). Each also strips managedFields, since a per-object transform
-// replaces the default one. A controller that writes one of these objects patches it from the
+// (docs/benchmarks.md, "Memory"). Each ends with the default transform, internObject, since a
+// per-object transform replaces the default one. A controller that writes one of these objects patches it from the
 // trimmed copy, and a merge patch between two trimmed copies never touches a field both lack.
 
 // trimService keeps what the binding controller reads of a Service: its metadata without
@@ -63,7 +64,7 @@ func trimService(obj any) (any, error) {
 	svc.Annotations = nil
 	svc.Spec = corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports}
 	svc.Status = corev1.ServiceStatus{}
-	return svc, nil
+	return internObject(svc)
 }
 
 // trimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name
@@ -90,7 +91,7 @@ func trimEndpointSlice(obj any) (any, error) {
 		}
 		slice.Endpoints[i] = ep
 	}
-	return slice, nil
+	return internObject(slice)
 }
 
 // digestConfigMap replaces each value of a pipeline's ConfigMap with its digest (dataDigest):
@@ -106,7 +107,7 @@ func digestConfigMap(obj any) (any, error) {
 		cm.Data[k] = dataDigest(v)
 	}
 	cm.BinaryData = nil
-	return cm, nil
+	return internObject(cm)
 }
 
 // dataDigest is how a cached ConfigMap of a pipeline holds a value (digestConfigMap).

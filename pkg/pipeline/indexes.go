@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,15 +13,16 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// Cache indexes the controllers share.
+// Cache indexes the controllers share. Lookups with a small set per value (a Service's slices, a
+// Pipeline's bindings) or used only on a rare event (a WorkerClass's bindings and Pipelines) are
+// not indexes: controller-runtime keeps each index twice, per namespace and cluster-wide, and at
+// thousands of pipelines those sets were about 3 KB per pipeline. They come from the allocator
+// (Allocator.PipelineBindings, PipelinesOfClass, BindingsOfClass) and from the binding
+// controller's slice handler (sliceNames).
 const (
-	bindingPodIndex      = ".spec.pod"
-	bindingServingIndex  = ".status.servingPod"
-	bindingClassIndex    = ".spec.class"
-	bindingPipelineIndex = ".spec.pipeline"
-	pipelineClassIndex   = ".spec.workers.class"
-	sliceServiceIndex    = "metadata.labels.service-name"
-	podNameIndex         = "metadata.name"
+	bindingPodIndex     = ".spec.pod"
+	bindingServingIndex = ".status.servingPod"
+	podNameIndex        = "metadata.name"
 )
 
 // cacheIndexes are the field indexes of this package's controllers: the object they index and the
@@ -48,16 +48,8 @@ func cacheIndexes() []struct {
 	}{
 		{bindingPodIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pod })},
 		{bindingServingIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Status.ServingPod })},
-		{bindingClassIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Class })},
-		{bindingPipelineIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pipeline })},
-		// A label selector list scans every slice of the namespace; the index finds a Service's
-		// slices directly.
-		{sliceServiceIndex, &discoveryv1.EndpointSlice{}, func(o client.Object) []string { return one(o.GetLabels()[discoveryv1.LabelServiceName]) }},
 		// A Get copies the whole Pod; a List through this index can read it in place.
 		{podNameIndex, &corev1.Pod{}, func(o client.Object) []string { return one(o.GetName()) }},
-		{pipelineClassIndex, &schedulingv1alpha1.Pipeline{}, func(o client.Object) []string {
-			return stageClasses(o.(*schedulingv1alpha1.Pipeline))
-		}},
 	}
 }
 

@@ -136,15 +136,11 @@ func deletedOnly() predicate.Predicate {
 }
 
 // classToPipelines: a class's new spec (capacity, placement) matters to every pipeline using it.
-func (r *Reconciler) classToPipelines(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &schedulingv1alpha1.PipelineList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{pipelineClassIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil { // names only
-		ctrl.LoggerFrom(ctx).Error(err, "List pipelines for a class change", "class", o.GetName())
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+func (r *Reconciler) classToPipelines(_ context.Context, o client.Object) []reconcile.Request {
+	names := r.Allocator.PipelinesOfClass(o.GetNamespace(), o.GetName())
+	out := make([]reconcile.Request, 0, len(names))
+	for _, name := range names {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}})
 	}
 	return out
 }
@@ -245,14 +241,21 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		}
 		s.classes[class] = wc
 	}
-	owned := &schedulingv1alpha1.PipelineBindingList{}
-	if err := r.List(ctx, owned, client.InNamespace(pl.Namespace), client.MatchingFields{bindingPipelineIndex: pl.Name}); err != nil {
-		return nil, false, fmt.Errorf("list bindings: %w", err)
-	}
+	// The pipeline's bindings: those the allocator knows by spec.pipeline (a stage removed from
+	// the spec leaves one to delete), read from the cache by name.
 	var names []string
 	var cached []*schedulingv1alpha1.PipelineBinding
-	for i := range owned.Items {
-		b := &owned.Items[i]
+	for _, name := range r.Allocator.PipelineBindings(pl.Namespace, pl.Name) {
+		b := &schedulingv1alpha1.PipelineBinding{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: pl.Namespace, Name: name}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, false, fmt.Errorf("get binding %s: %w", name, err)
+		}
+		if b.Spec.Pipeline != pl.Name {
+			continue
+		}
 		cached = append(cached, b)
 		names = append(names, b.Name)
 		if metav1.IsControlledBy(b, pl) {
@@ -267,8 +270,13 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		names = append(names, key.Name)
 		other := &schedulingv1alpha1.PipelineBinding{}
 		if err := r.Get(ctx, key, other); err == nil {
-			if !metav1.IsControlledBy(other, pl) {
+			switch {
+			case !metav1.IsControlledBy(other, pl):
 				s.foreign[name] = other
+			case other.Spec.Stage == name && other.Spec.Pipeline == pl.Name:
+				// In the cache before the allocator's handler has seen it.
+				s.bindings[name] = other
+				cached = append(cached, other)
 			}
 		} else if !apierrors.IsNotFound(err) {
 			return nil, false, fmt.Errorf("get binding %s: %w", key.Name, err)

@@ -357,15 +357,11 @@ func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.
-func (r *BindingReconciler) classToBindings(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &schedulingv1alpha1.PipelineBindingList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{bindingClassIndex: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil { // names only
-		ctrl.LoggerFrom(ctx).Error(err, "List bindings for a WorkerClass event", "class", o.GetName())
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+func (r *BindingReconciler) classToBindings(_ context.Context, o client.Object) []reconcile.Request {
+	names := r.Allocator.BindingsOfClass(o.GetNamespace(), o.GetName())
+	out := make([]reconcile.Request, 0, len(names))
+	for _, name := range names {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}})
 	}
 	return out
 }

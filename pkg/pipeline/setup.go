@@ -44,7 +44,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 		return nil, fmt.Errorf("set up pipeline controller: %w", err)
 	}
 	if err := (&BindingReconciler{
-		Client: c, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
+		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
 		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)

@@ -1,0 +1,108 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// decodedBinding returns a copy of the object with every string freshly allocated, as a decoder makes it.
+func decodedBinding(name string) *schedulingv1alpha1.PipelineBinding {
+	c := strings.Clone
+	return &schedulingv1alpha1.PipelineBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: c(name), Namespace: c("team-a"),
+			Labels:          map[string]string{c(schedulingv1alpha1.PipelineLabel): c("p")},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: c("scheduling.conveyor.dev/v1alpha1"), Kind: c("Pipeline"), Name: c("p"), UID: "u", Controller: ptr.To(true)}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: schedulingv1alpha1.PipelineBindingSpec{Pipeline: c("p"), Stage: c("first"), Class: c("green"), Pod: c("green-0")},
+		Status: schedulingv1alpha1.PipelineBindingStatus{Phase: schedulingv1alpha1.BindingPhase(c("Ready")),
+			Conditions: []metav1.Condition{{Type: c("Ready"), Status: metav1.ConditionStatus(c("True")), Reason: c("EndpointReady"), Message: c("m " + name)}}},
+	}
+}
+
+func sameData(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+
+func TestInternObjectSharesRepeatedStringsAndChangesNoValue(t *testing.T) {
+	a, b := decodedBinding("p-first"), decodedBinding("q-first")
+	wantA := a.DeepCopy()
+	wantA.ManagedFields = nil
+	for _, o := range []*schedulingv1alpha1.PipelineBinding{a, b} {
+		if _, err := internObject(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(a, wantA) {
+		t.Fatalf("interning changed a value:\n got %+v\nwant %+v", a, wantA)
+	}
+	var labelA, labelB string
+	for k := range a.Labels {
+		labelA = k
+	}
+	for k := range b.Labels {
+		labelB = k
+	}
+	shared := map[string][2]string{
+		"namespace":        {a.Namespace, b.Namespace},
+		"label key":        {labelA, labelB},
+		"owner apiVersion": {a.OwnerReferences[0].APIVersion, b.OwnerReferences[0].APIVersion},
+		"owner kind":       {a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind},
+		"class":            {a.Spec.Class, b.Spec.Class},
+		"phase":            {string(a.Status.Phase), string(b.Status.Phase)},
+		"condition reason": {a.Status.Conditions[0].Reason, b.Status.Conditions[0].Reason},
+		"condition status": {string(a.Status.Conditions[0].Status), string(b.Status.Conditions[0].Status)},
+		"condition type":   {a.Status.Conditions[0].Type, b.Status.Conditions[0].Type},
+	}
+	for what, pair := range shared {
+		if !sameData(pair[0], pair[1]) {
+			t.Errorf("%s %q is held twice", what, pair[0])
+		}
+	}
+	for what, pair := range map[string][2]string{"name": {a.Name, b.Name}, "message": {a.Status.Conditions[0].Message, b.Status.Conditions[0].Message}} {
+		if sameData(pair[0], pair[1]) {
+			t.Errorf("%s must not be interned", what)
+		}
+	}
+	if a.OwnerReferences[0].Controller != b.OwnerReferences[0].Controller {
+		t.Error("the owner references' controller flags must share one bool")
+	}
+	// A deep copy of a cached object must not share the shared bool.
+	cp := a.DeepCopy()
+	*cp.OwnerReferences[0].Controller = false
+	if !*b.OwnerReferences[0].Controller {
+		t.Fatal("a deep copy wrote through the shared bool")
+	}
+}
+
+func TestInternObjectKeepsTrimmedKindsEqual(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "p-a", Namespace: "ns", Labels: map[string]string{"a": "b"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: strings.Clone(corev1.ClusterIPNone), Selector: map[string]string{"x": "y"},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "p-a-x", Namespace: "ns"}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(false)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "green-0"}}}}
+	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Spec:   schedulingv1alpha1.PipelineSpec{Workers: map[string]schedulingv1alpha1.PipelineWorker{"a": {Class: "green", Next: []string{"b"}}, "b": {Class: "blue"}}},
+		Status: schedulingv1alpha1.PipelineStatus{Bindings: map[string]string{"a": "p-a"}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Data: map[string]string{"routes": "d"}}
+	for _, obj := range []runtime.Object{svc, slice, pl, cm} {
+		before := obj.DeepCopyObject()
+		if _, err := internObject(obj); err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(obj, before) {
+			t.Errorf("interning changed %T:\n got %+v\nwant %+v", obj, obj, before)
+		}
+	}
+	if slice.Endpoints[0].Conditions.Ready != &sharedTrue || slice.Endpoints[0].Conditions.Serving != &sharedFalse || slice.Endpoints[0].Conditions.Terminating != nil {
+		t.Errorf("endpoint conditions must point at the shared bools, nil staying nil: %+v", slice.Endpoints[0].Conditions)
+	}
+}
