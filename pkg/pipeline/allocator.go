@@ -843,7 +843,7 @@ func (a *Allocator) PipelinesOfClass(namespace, class string) []string {
 	return out
 }
 
-// BindingsOfClass: see PipelinesOfClass.
+// BindingsOfClass names the bindings of the class the cache shows (see PipelinesOfClass).
 func (a *Allocator) BindingsOfClass(namespace, class string) []string {
 	s := a.ns(namespace)
 	s.mu.Lock()

@@ -241,17 +241,33 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 		}
 		s.classes[class] = wc
 	}
-	// The pipeline's bindings: those the allocator knows by spec.pipeline (a stage removed from
-	// the spec leaves one to delete), read from the cache by name.
-	var names []string
-	var cached []*schedulingv1alpha1.PipelineBinding
+	names, cached, err := r.readBindings(ctx, s)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, b := range s.bindings {
+		if b.Spec.Pod == "" {
+			continue
+		}
+		if w, ok := r.Allocator.Worker(pl.Namespace, b.Spec.Class, b.Spec.Pod); ok {
+			s.workers[b.Spec.Pod] = w
+		}
+	}
+	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
+}
+
+// readBindings reads the pipeline's bindings into the scope: those the allocator knows by
+// spec.pipeline (a stage removed from the spec leaves one to delete) and those of the stages' names,
+// from the cache by name. It returns the names whose writes must be settled and the bindings read.
+func (r *Reconciler) readBindings(ctx context.Context, s *pipelineScope) (names []string, cached []*schedulingv1alpha1.PipelineBinding, err error) {
+	pl := s.pipeline
 	for _, name := range r.Allocator.PipelineBindings(pl.Namespace, pl.Name) {
 		b := &schedulingv1alpha1.PipelineBinding{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: pl.Namespace, Name: name}, b); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			return nil, false, fmt.Errorf("get binding %s: %w", name, err)
+			return nil, nil, fmt.Errorf("get binding %s: %w", name, err)
 		}
 		if b.Spec.Pipeline != pl.Name {
 			continue
@@ -279,18 +295,10 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 				cached = append(cached, other)
 			}
 		} else if !apierrors.IsNotFound(err) {
-			return nil, false, fmt.Errorf("get binding %s: %w", key.Name, err)
+			return nil, nil, fmt.Errorf("get binding %s: %w", key.Name, err)
 		}
 	}
-	for _, b := range s.bindings {
-		if b.Spec.Pod == "" {
-			continue
-		}
-		if w, ok := r.Allocator.Worker(pl.Namespace, b.Spec.Class, b.Spec.Pod); ok {
-			s.workers[b.Spec.Pod] = w
-		}
-	}
-	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
+	return names, cached, nil
 }
 
 // readBoundPods reads from the cache the Pods the bindings hold that the scope lacks (those bound
