@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -327,5 +328,43 @@ func TestAllocatorTellsIncarnationsApart(t *testing.T) {
 	a.OnBinding(created, false)
 	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
 		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	}
+}
+
+// The lookups that replaced cache field indexes: a Pipeline's bindings, a class's Pipelines and the
+// bindings of a class the cache shows.
+func TestAllocatorLookupsFollowTheInformers(t *testing.T) {
+	a := greenWorld(t, 2)
+	a.OnPipeline(allocPipeline("p", 1, "green", "blue"), false)
+	a.OnPipeline(allocPipeline("q", 1, "blue"), false)
+	pa, pb := allocBinding("p", "s0", "green", "green-0", 1, 1), allocBinding("p", "s1", "blue", "", 1, 1)
+	a.OnBinding(pa, false)
+	a.OnBinding(pb, false)
+	a.OnBinding(allocBinding("q", "s0", "blue", "", 1, 1), false)
+
+	if got, want := a.PipelineBindings("ns", "p"), []string{"p-s0", "p-s1"}; !slices.Equal(got, want) {
+		t.Errorf("PipelineBindings(p) = %v, want %v", got, want)
+	}
+	if got, want := a.PipelinesOfClass("ns", "blue"), []string{"p", "q"}; !slices.Equal(got, want) {
+		t.Errorf("PipelinesOfClass(blue) = %v, want %v", got, want)
+	}
+	if got, want := a.BindingsOfClass("ns", "green"), []string{"p-s0"}; !slices.Equal(got, want) {
+		t.Errorf("BindingsOfClass(green) = %v, want %v", got, want)
+	}
+	if got := a.PipelineBindings("other", "p"); len(got) != 0 {
+		t.Errorf("another namespace's lookup must be empty, got %v", got)
+	}
+
+	// A deleted binding leaves both lookups; a deleted Pipeline leaves the class's.
+	a.OnBinding(pa, true)
+	if got, want := a.PipelineBindings("ns", "p"), []string{"p-s1"}; !slices.Equal(got, want) {
+		t.Errorf("after the delete, PipelineBindings(p) = %v, want %v", got, want)
+	}
+	if got := a.BindingsOfClass("ns", "green"); len(got) != 0 {
+		t.Errorf("after the delete, BindingsOfClass(green) = %v, want none", got)
+	}
+	a.OnPipeline(allocPipeline("q", 1, "blue"), true)
+	if got, want := a.PipelinesOfClass("ns", "blue"), []string{"p"}; !slices.Equal(got, want) {
+		t.Errorf("after the delete, PipelinesOfClass(blue) = %v, want %v", got, want)
 	}
 }
