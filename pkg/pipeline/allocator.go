@@ -833,14 +833,7 @@ func (a *Allocator) PipelinesOfClass(namespace, class string) []string {
 	s := a.ns(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for name, p := range s.pipelines {
-		if slices.Contains(p.classes, class) {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return namesWhere(s.pipelines, func(p *pipelineState) bool { return slices.Contains(p.classes, class) })
 }
 
 // BindingsOfClass names the bindings of the class the cache shows (see PipelinesOfClass).
@@ -848,9 +841,14 @@ func (a *Allocator) BindingsOfClass(namespace, class string) []string {
 	s := a.ns(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return namesWhere(s.bindings, func(b *bindingState) bool { return b.present && b.class == class })
+}
+
+// namesWhere lists, sorted, the keys of the entries that keep.
+func namesWhere[T any](m map[string]T, keep func(T) bool) []string {
 	var out []string
-	for name, b := range s.bindings {
-		if b.present && b.class == class {
+	for name, v := range m {
+		if keep(v) {
 			out = append(out, name)
 		}
 	}
