@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -57,6 +58,9 @@ type BindingReconciler struct {
 
 // SetupWithManager registers the controller and its watches.
 func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Allocator == nil {
+		return errors.New("pipelinebinding controller: no Allocator")
+	}
 	if r.Now == nil {
 		r.Now = time.Now
 	}
