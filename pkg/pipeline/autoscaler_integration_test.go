@@ -136,6 +136,13 @@ func TestIntegrationAutoscalerConflict(t *testing.T) {
 	}
 	mustCreate(t, mine)
 	before := getHPA(t, ns, "green")
+	// The HPA must be in the operator's cache before the class comes: otherwise the class's first
+	// reconcile, reading a cache that lags the API server, tries to create its HPA, which the API
+	// server refuses (AlreadyExists); the next reconcile finds the conflict. This test is about an
+	// HPA the operator knows of, so it waits, and then no write of any kind is allowed.
+	eventually(t, "the hand-made HPA in the operator's cache", func() error {
+		return envCache.Get(context.Background(), key, &autoscalingv2.HorizontalPodAutoscaler{})
+	})
 
 	mustCreate(t, fixtures.MakeWorkerClass(ns, "green").Capacity(15).Autoscaling(1, 5).Obj())
 	eventually(t, "AutoscalerReady False AutoscalerConflict", func() error {

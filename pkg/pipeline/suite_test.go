@@ -36,6 +36,9 @@ var (
 	envK8s client.WithWatch
 	// envAllocator is the allocator the suite's controllers feed and read.
 	envAllocator *Allocator
+	// envCache is the controllers' cache: a test that needs an object to be known to the
+	// operator before the next step waits for it there.
+	envCache client.Reader
 	// hpaWrites records the WorkerClass controller's writes of HorizontalPodAutoscalers.
 	hpaWrites = &writeRecorder{writes: map[types.NamespacedName][]string{}}
 )
@@ -74,6 +77,7 @@ func setupAll(ctx context.Context, mgr ctrl.Manager) error {
 	// the WorkerClass controller's HorizontalPodAutoscaler writes.
 	alloc, err := Setup(ctx, mgr, SetupOptions{Concurrency: 8, DeadEndGrace: 2 * time.Second, Client: &hpaWriteCounter{Client: mgr.GetClient(), rec: hpaWrites}})
 	envAllocator = alloc
+	envCache = mgr.GetCache()
 	return err
 }
 
