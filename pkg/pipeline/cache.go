@@ -50,8 +50,9 @@ func CacheOptions(base cache.Options) cache.Options {
 // The transforms below keep, of the objects a pipeline has three or more of, only what the
 // controllers read: at thousands of pipelines these caches were most of the operator's memory
 // (docs/benchmarks.md, "Memory"). Each ends with the default transform, internObject, since a
-// per-object transform replaces the default one. A controller that writes one of these objects patches it from the
-// trimmed copy, and a merge patch between two trimmed copies never touches a field both lack.
+// per-object transform replaces the default one. A controller that writes one of these objects
+// patches it from the trimmed copy, and a merge patch between two trimmed copies never touches a
+// field both lack.
 
 // trimService keeps what the binding controller reads of a Service: its metadata without
 // annotations, and the type, clusterIP, selector and ports of its spec (serviceDrift, isHeadless).

@@ -128,6 +128,8 @@ func internObject(obj any) (any, error) {
 	case *corev1.Service:
 		internMeta(&o.ObjectMeta)
 		o.Spec.Type = corev1.ServiceType(intern(string(o.Spec.Type)))
+		// A headless Service's "None" is shared; a ClusterIP is one address per Service and is
+		// not interned (it would only fill the table).
 		if o.Spec.ClusterIP == corev1.ClusterIPNone {
 			o.Spec.ClusterIP = corev1.ClusterIPNone
 		}
