@@ -23,9 +23,9 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 )
 
 type options struct {
@@ -65,7 +65,7 @@ func main() {
 	flag.IntVar(&opts.customMetricsPort, "custom-metrics-port", 6443, "Port of the custom.metrics.k8s.io API server; 0 disables it.")
 	flag.StringVar(&opts.customMetricsAddress, "custom-metrics-bind-address", "0.0.0.0", "Address the custom metrics API server binds to.")
 	flag.StringVar(&opts.customMetricsCertDir, "custom-metrics-cert-dir", "", "Directory with tls.crt and tls.key for the custom metrics API; empty generates a self-signed pair (tests only).")
-	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", pipeline.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
+	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", binding.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
 	flag.Float64Var(&opts.memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit of the Go runtime as a fraction of the container's memory limit (cgroup), unless GOMEMLIMIT is set; 0 disables it.")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	logConfig := textlogger.NewConfig()

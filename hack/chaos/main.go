@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/chaos"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 )
@@ -56,7 +56,7 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "Seed of the pipelines' loads and of the Pods deleted.")
 	capacity := flag.Int("capacity", 100, "Capacity of every WorkerClass, documents per second.")
 	spare := flag.Int("spare", 6, "Workers per class beyond the pipelines' load packed perfectly.")
-	flag.DurationVar(&grace, "deadend-grace", pipeline.DefaultDeadEndGrace, "The operator's --deadend-grace.")
+	flag.DurationVar(&grace, "deadend-grace", binding.DefaultDeadEndGrace, "The operator's --deadend-grace.")
 	bound := flag.Duration("stale-bound", 0, "Longest a binding may name a gone Pod (default: the DeadEnd grace + 30s, as test/e2e/chaos).")
 	flag.IntVar(&nodes, "nodes", 2, "Simulated nodes.")
 	flag.BoolVar(&unlimited, "unlimited", true, "Start the cluster with kwokctl --disable-qps-limits.")

@@ -22,18 +22,18 @@ import (
 	"sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 )
 
 // Metric names served on WorkerClasses.
 const (
 	// MetricRequest is the documents per second the pipelines request of a class, placed or not
 	// (for prometheus-adapter and KEDA users, and autoscalers of their own).
-	MetricRequest = pipeline.MetricRequest
+	MetricRequest = workerclass.MetricRequest
 	// MetricUtilization is the requested load in whole percent of what the class's Ready workers
 	// handle together, rounded up: what the class's HorizontalPodAutoscaler reads. A class with
 	// load requested and no Ready worker has no value (NotFound), so its HPA keeps its replicas.
-	MetricUtilization = pipeline.MetricUtilization
+	MetricUtilization = workerclass.MetricUtilization
 	// MetricAllocated is the documents per second bound to the class's workers.
 	MetricAllocated = "workerclass_allocated"
 	// MetricWorkers is the number of Ready workers of the class.
@@ -56,7 +56,7 @@ var _ provider.CustomMetricsProvider = &Provider{}
 // LoadSource is what the provider reads the numbers from: the Allocator's counters, so the HPA,
 // the WorkerClass status and the Prometheus metrics always agree.
 type LoadSource interface {
-	ClassLoads(namespace string) map[string]pipeline.ClassLoad
+	ClassLoads(namespace string) map[string]workerclass.ClassLoad
 }
 
 // ListAllMetrics lists the metrics the provider serves.
@@ -104,13 +104,13 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	return out, nil
 }
 
-func (p *Provider) value(name types.NamespacedName, metric string, l pipeline.ClassLoad) (*custom_metrics.MetricValue, error) {
+func (p *Provider) value(name types.NamespacedName, metric string, l workerclass.ClassLoad) (*custom_metrics.MetricValue, error) {
 	var q *resource.Quantity
 	switch metric {
 	case MetricRequest:
 		q = resource.NewQuantity(l.Requested, resource.DecimalSI)
 	case MetricUtilization:
-		u, ok := pipeline.Utilization(l)
+		u, ok := workerclass.Utilization(l)
 		if !ok {
 			return nil, provider.NewMetricNotFoundForError(workerClasses, metric, name.Name)
 		}

@@ -12,6 +12,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
@@ -73,18 +74,18 @@ func TestProviderUtilization(t *testing.T) {
 	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricUtilization}
 	for _, tc := range []struct {
 		name         string
-		load         pipeline.ClassLoad
+		load         workerclass.ClassLoad
 		want         int64
 		wantNotFound bool
 		wantString   string
 	}{
-		{name: "one green worker, three pipelines of 10", load: pipeline.ClassLoad{Capacity: 15, Workers: 1, Requested: 30}, want: 200, wantString: "200"},
-		{name: "three green workers, 30 requested: 66.7 rounds up", load: pipeline.ClassLoad{Capacity: 15, Workers: 3, Requested: 30}, want: 67, wantString: "67"},
-		{name: "three green workers, 10 requested: 22.2 rounds up", load: pipeline.ClassLoad{Capacity: 15, Workers: 3, Requested: 10}, want: 23, wantString: "23"},
-		{name: "exactly full", load: pipeline.ClassLoad{Capacity: 10, Workers: 2, Requested: 20}, want: 100, wantString: "100"},
-		{name: "a trickle is never 0%", load: pipeline.ClassLoad{Capacity: 1000, Workers: 4, Requested: 1}, want: 1, wantString: "1"},
-		{name: "nothing requested, no worker", load: pipeline.ClassLoad{Capacity: 15}, want: 0, wantString: "0"},
-		{name: "load requested, no Ready worker", load: pipeline.ClassLoad{Capacity: 15, Requested: 10}, wantNotFound: true},
+		{name: "one green worker, three pipelines of 10", load: workerclass.ClassLoad{Capacity: 15, Workers: 1, Requested: 30}, want: 200, wantString: "200"},
+		{name: "three green workers, 30 requested: 66.7 rounds up", load: workerclass.ClassLoad{Capacity: 15, Workers: 3, Requested: 30}, want: 67, wantString: "67"},
+		{name: "three green workers, 10 requested: 22.2 rounds up", load: workerclass.ClassLoad{Capacity: 15, Workers: 3, Requested: 10}, want: 23, wantString: "23"},
+		{name: "exactly full", load: workerclass.ClassLoad{Capacity: 10, Workers: 2, Requested: 20}, want: 100, wantString: "100"},
+		{name: "a trickle is never 0%", load: workerclass.ClassLoad{Capacity: 1000, Workers: 4, Requested: 1}, want: 1, wantString: "1"},
+		{name: "nothing requested, no worker", load: workerclass.ClassLoad{Capacity: 15}, want: 0, wantString: "0"},
+		{name: "load requested, no Ready worker", load: workerclass.ClassLoad{Capacity: 15, Requested: 10}, wantNotFound: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Provider{Loads: staticLoads{"green": tc.load}}
@@ -125,6 +126,6 @@ func TestProviderUtilizationBySelector(t *testing.T) {
 	}
 }
 
-type staticLoads map[string]pipeline.ClassLoad
+type staticLoads map[string]workerclass.ClassLoad
 
-func (s staticLoads) ClassLoads(string) map[string]pipeline.ClassLoad { return s }
+func (s staticLoads) ClassLoads(string) map[string]workerclass.ClassLoad { return s }

@@ -136,7 +136,7 @@ func (r Renderer) describeStage(w io.Writer, s *Snapshot, p *schedulingv1alpha1.
 	fmt.Fprintf(tw, "  Load:\t%d documents/s\n", b.Spec.DocumentsPerSecond)
 	phase := orNone(string(b.Status.Phase))
 	if b.Status.Phase != schedulingv1alpha1.BindingReady {
-		if m := readyMessage(b); m != "" {
+		if m := schedulingv1alpha1.BindingReadyMessage(b); m != "" {
 			phase += ": " + m
 		}
 	}
@@ -164,16 +164,6 @@ func classCapacity(s *Snapshot, name string) string {
 		return " (no such WorkerClass)"
 	}
 	return fmt.Sprintf(" (%d documents/s per worker)", wc.Spec.Capacity)
-}
-
-// readyMessage is the binding's Ready condition as "Reason: message".
-func readyMessage(b *schedulingv1alpha1.PipelineBinding) string {
-	for _, c := range b.Status.Conditions {
-		if c.Type == schedulingv1alpha1.BindingReadyCondition {
-			return c.Reason + ": " + c.Message
-		}
-	}
-	return ""
 }
 
 // pipelineHistory reads the pipeline's own transitions from its Events, oldest first.

@@ -183,7 +183,7 @@ func metricTarget(h *autoscalingv2.HorizontalPodAutoscaler) string {
 	return "<none>"
 }
 
-// utilizationMetric is pipeline.MetricUtilization (a test keeps them equal), named here so the
+// utilizationMetric is workerclass.MetricUtilization (a test keeps them equal), named here so the
 // plugin does not link the controllers.
 const utilizationMetric = "workerclass_utilization"
 

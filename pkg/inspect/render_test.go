@@ -17,7 +17,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -370,7 +370,7 @@ func TestAutoscalerNumbers(t *testing.T) {
 		Object: &autoscalingv2.ObjectMetricStatus{Current: autoscalingv2.MetricValueStatus{Value: ptr.To(resource.MustParse("20"))}}}}
 	// The classes' own autoscalers: the whole percentage against targetUtilization.
 	classHPA := *value.DeepCopy()
-	classHPA.Spec.Metrics[0].Object.Metric.Name = pipeline.MetricUtilization
+	classHPA.Spec.Metrics[0].Object.Metric.Name = workerclass.MetricUtilization
 	classHPA.Spec.Metrics[0].Object.Target.Value = ptr.To(resource.MustParse("70"))
 	classHPA.Status.CurrentMetrics[0].Object.Current.Value = ptr.To(resource.MustParse("67"))
 	tests := []struct {

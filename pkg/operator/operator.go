@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
+	conveyormetrics "github.com/conveyor-dev/conveyor/pkg/metrics"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
@@ -64,5 +65,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.SkipMetrics {
 		return nil
 	}
-	return metrics.Registry.Register(&pipeline.Collector{Allocator: alloc})
+	return metrics.Registry.Register(&conveyormetrics.Collector{Allocator: alloc})
 }

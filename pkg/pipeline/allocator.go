@@ -14,6 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
+	"github.com/conveyor-dev/conveyor/pkg/metrics"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // unknownOutcomeTTL bounds how long a reservation whose write had an unknown outcome (a timeout,
@@ -293,9 +297,9 @@ func (a *Allocator) OnPod(pod *corev1.Pod, deleted bool) {
 		w.ready, w.draining, w.uid = false, false, ""
 	} else {
 		w.uid = pod.UID
-		w.ready = isReadyPod(pod)
-		w.draining = isDraining(pod)
-		if o := podOrdinal(pod); o != w.ordinal {
+		w.ready = workerpod.Ready(pod)
+		w.draining = workerpod.PreparingDelete(pod)
+		if o := workerpod.Ordinal(pod); o != w.ordinal {
 			w.ordinal = o
 			c.sorted = nil
 		}
@@ -372,7 +376,7 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 		}
 	} else {
 		delete(s.gone, pl.UID)
-		p := &pipelineState{phase: phaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
+		p := &pipelineState{phase: binding.PhaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
 			load: int64(pl.Spec.DocumentsPerSecond), counts: pl.Status.Phase != schedulingv1alpha1.PipelineInvalid}
 		countPhase(s.pipelinePhases, p.phase, 1)
 		if c := meta.FindStatusCondition(pl.Status.Conditions, schedulingv1alpha1.PipelineSchedulable); c != nil && c.Status == metav1.ConditionFalse {
@@ -419,7 +423,7 @@ func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted boo
 	countPhase(s.bindingPhases, bs.phase, -1)
 	bs.phase = ""
 	if !deleted {
-		bs.phase = phaseOr(b.Status.Phase, "Unknown")
+		bs.phase = binding.PhaseOr(b.Status.Phase, "Unknown")
 		countPhase(s.bindingPhases, bs.phase, 1)
 	}
 	var observedWrites bool
@@ -924,16 +928,16 @@ func (c *classState) sortedLocked() []*workerState {
 }
 
 // ClassLoads is what every WorkerClass of a namespace has and is asked for, from the counters.
-func (a *Allocator) ClassLoads(namespace string) map[string]ClassLoad {
+func (a *Allocator) ClassLoads(namespace string) map[string]workerclass.ClassLoad {
 	s := a.ns(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]ClassLoad{}
+	out := map[string]workerclass.ClassLoad{}
 	for name, c := range s.classes {
 		if !c.exists {
 			continue
 		}
-		l := ClassLoad{Class: name, Capacity: c.capacity, Workers: c.ready, Allocated: c.allocated, MaxWorkers: c.maxWorkers}
+		l := workerclass.ClassLoad{Class: name, Capacity: c.capacity, Workers: c.ready, Allocated: c.allocated, MaxWorkers: c.maxWorkers}
 		for load, n := range c.requested {
 			if load <= c.capacity {
 				l.Requested += load * n
@@ -945,14 +949,14 @@ func (a *Allocator) ClassLoads(namespace string) map[string]ClassLoad {
 }
 
 // AllClassLoads is ClassLoads for every namespace the allocator knows.
-func (a *Allocator) AllClassLoads() map[string]map[string]ClassLoad {
+func (a *Allocator) AllClassLoads() map[string]map[string]workerclass.ClassLoad {
 	a.mu.Lock()
 	names := make([]string, 0, len(a.namespaces))
 	for ns := range a.namespaces {
 		names = append(names, ns)
 	}
 	a.mu.Unlock()
-	out := map[string]map[string]ClassLoad{}
+	out := map[string]map[string]workerclass.ClassLoad{}
 	for _, ns := range names {
 		if l := a.ClassLoads(ns); len(l) > 0 {
 			out[ns] = l
@@ -971,26 +975,19 @@ func countPhase(m map[string]int, phase string, delta int) {
 	}
 }
 
-// PhaseCounts is how many Pipelines and bindings of a namespace are in each phase, and how many
-// Pipelines are not schedulable, by the reason of their Schedulable condition.
-type PhaseCounts struct {
-	Pipelines, Bindings map[string]int
-	Unschedulable       map[string]int
-}
-
 // Phases returns the phase counts of every namespace the allocator knows.
-func (a *Allocator) Phases() map[string]PhaseCounts {
+func (a *Allocator) Phases() map[string]metrics.PhaseCounts {
 	a.mu.Lock()
 	all := make(map[string]*nsState, len(a.namespaces))
 	for name, s := range a.namespaces {
 		all[name] = s
 	}
 	a.mu.Unlock()
-	out := map[string]PhaseCounts{}
+	out := map[string]metrics.PhaseCounts{}
 	for name, s := range all {
 		s.mu.Lock()
 		if len(s.pipelinePhases) > 0 || len(s.bindingPhases) > 0 {
-			out[name] = PhaseCounts{Pipelines: maps.Clone(s.pipelinePhases), Bindings: maps.Clone(s.bindingPhases), Unschedulable: maps.Clone(s.unschedulable)}
+			out[name] = metrics.PhaseCounts{Pipelines: maps.Clone(s.pipelinePhases), Bindings: maps.Clone(s.bindingPhases), Unschedulable: maps.Clone(s.unschedulable)}
 		}
 		s.mu.Unlock()
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -61,9 +62,9 @@ func TestIntegrationAutoscalerWrittenOnlyOnChange(t *testing.T) {
 	})
 	created := getHPA(t, ns, "green")
 	// As the API server stores it: the utilization metric against a whole target, no milli-units.
-	if m := created.Spec.Metrics; len(m) != 1 || m[0].Object == nil || m[0].Object.Metric.Name != MetricUtilization ||
+	if m := created.Spec.Metrics; len(m) != 1 || m[0].Object == nil || m[0].Object.Metric.Name != workerclass.MetricUtilization ||
 		m[0].Object.Target.Type != autoscalingv2.ValueMetricType || m[0].Object.Target.Value.String() != "70" {
-		t.Errorf("HPA metrics %+v, want %s against the Value 70", m, MetricUtilization)
+		t.Errorf("HPA metrics %+v, want %s against the Value 70", m, workerclass.MetricUtilization)
 	}
 
 	// Each pipeline created or deleted changes the load the class is asked for, not its HPA: the

@@ -16,6 +16,8 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
@@ -33,7 +35,7 @@ func cachedMeta(name string) metav1.ObjectMeta {
 func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
 	b := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Name: "p-a", Namespace: "ns"},
 		Spec: schedulingv1alpha1.PipelineBindingSpec{Pipeline: "p", Stage: "a", Pod: "green-0"}}
-	want := desiredService(b, schedulingv1alpha1.ServiceHeadless, defaultPorts)
+	want := binding.DesiredService(b, schedulingv1alpha1.ServiceHeadless, binding.ClassPorts(nil))
 	svc := want.DeepCopy()
 	svc.ObjectMeta = cachedMeta("p-a")
 	svc.Labels = want.Labels
@@ -47,8 +49,8 @@ func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.(*corev1.Service)
-	if serviceDrift(got, want) || !isHeadless(got) {
-		t.Errorf("a trimmed Service that matched before must still match: drift %v, headless %v", serviceDrift(got, want), isHeadless(got))
+	if binding.ServiceDrift(got, want) || !binding.IsHeadless(got) {
+		t.Errorf("a trimmed Service that matched before must still match: drift %v, headless %v", binding.ServiceDrift(got, want), binding.IsHeadless(got))
 	}
 	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) || got.UID != "uid-1" || got.ResourceVersion != "7" {
 		t.Errorf("owner, UID and resourceVersion must stay: %+v", got.ObjectMeta)
@@ -57,7 +59,7 @@ func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
 		t.Errorf("what no controller reads must go: %+v", got)
 	}
 	got.Spec.Selector = map[string]string{appsv1alpha1.PodNameLabel: "green-1"}
-	if !serviceDrift(got, want) {
+	if !binding.ServiceDrift(got, want) {
 		t.Error("a selector change must still show as drift after trimming")
 	}
 }
@@ -74,13 +76,13 @@ func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
 				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "green-1", UID: "pod-uid-2"}},
 		},
 	}
-	before := readyEndpointPods([]discoveryv1.EndpointSlice{*slice.DeepCopy()})
+	before := binding.ReadyEndpointPods([]discoveryv1.EndpointSlice{*slice.DeepCopy()})
 	out, err := trimEndpointSlice(slice)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := out.(*discoveryv1.EndpointSlice)
-	if after := readyEndpointPods([]discoveryv1.EndpointSlice{*got}); !apiequality.Semantic.DeepEqual(before, after) || len(after) != 1 {
+	if after := binding.ReadyEndpointPods([]discoveryv1.EndpointSlice{*got}); !apiequality.Semantic.DeepEqual(before, after) || len(after) != 1 {
 		t.Errorf("ready endpoints changed by trimming: before %v, after %v", before, after)
 	}
 	if want := map[string]string{discoveryv1.LabelServiceName: "p-a"}; !apiequality.Semantic.DeepEqual(got.Labels, want) {
@@ -93,7 +95,7 @@ func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
 
 func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	doc := `{"pipeline": "p"}`
-	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{RoutesKey: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
+	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{schedulingv1alpha1.RoutesKey: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
 	out, err := digestConfigMap(cm)
 	if err != nil {
 		t.Fatal(err)
@@ -104,16 +106,16 @@ func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 		read, want string
 		same       bool
 	}{
-		{"the cache's digest of the same document", got.Data[RoutesKey], doc, true},
+		{"the cache's digest of the same document", got.Data[schedulingv1alpha1.RoutesKey], doc, true},
 		{"the value itself, read past the cache", doc, doc, true},
-		{"the cache's digest of another document", got.Data[RoutesKey], `{"pipeline": "q"}`, false},
+		{"the cache's digest of another document", got.Data[schedulingv1alpha1.RoutesKey], `{"pipeline": "q"}`, false},
 		{"another value read past the cache", `{}`, doc, false},
 	} {
 		if holdsData(tc.read, tc.want) != tc.same {
 			t.Errorf("%s: holdsData = %v, want %v", tc.name, !tc.same, tc.same)
 		}
 	}
-	if got.Data[RoutesKey] == doc || got.BinaryData != nil || got.ManagedFields != nil {
+	if got.Data[schedulingv1alpha1.RoutesKey] == doc || got.BinaryData != nil || got.ManagedFields != nil {
 		t.Errorf("the cached ConfigMap must hold digests only: %+v", got)
 	}
 	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
@@ -155,9 +157,9 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 	}).Build()
 	r := &Reconciler{Client: c}
 	blue := &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "blue", Namespace: "ns"},
-		Spec: schedulingv1alpha1.WorkerClassSpec{Ports: []schedulingv1alpha1.WorkerClassPort{port("http", 80, 8080)}}}
+		Spec: schedulingv1alpha1.WorkerClassSpec{Ports: []schedulingv1alpha1.WorkerClassPort{fixtures.ClassPort("http", 80, 8080)}}}
 	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"blue": blue},
-		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"first": stageBinding("p", "first", "blue-0"), "second": stageBinding("p", "second", "blue-1")}}
+		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"first": fixtures.MakePipelineBinding("ns", "p", "first").Pod("blue-0").Class("green").Obj(), "second": fixtures.MakePipelineBinding("ns", "p", "second").Pod("blue-1").Class("green").Obj()}}
 
 	for _, step := range []struct {
 		name       string
@@ -171,7 +173,7 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 		{name: "same document after the move", wantWrites: 2},
 	} {
 		if step.move != "" {
-			s.bindings["second"] = stageBinding("p", "second", step.move)
+			s.bindings["second"] = fixtures.MakePipelineBinding("ns", "p", "second").Pod(step.move).Class("green").Obj()
 		}
 		if err := r.syncRoutes(ctx, s); err != nil {
 			t.Fatalf("%s: syncRoutes: %v", step.name, err)
@@ -181,10 +183,10 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 		}
 	}
 	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: routesName("p")}, cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: schedulingv1alpha1.RoutesConfigMapName("p")}, cm); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(cm.Data[RoutesKey], "sha256:") {
-		t.Fatalf("the interceptor must show the cache's digest, got %.40q", cm.Data[RoutesKey])
+	if !strings.HasPrefix(cm.Data[schedulingv1alpha1.RoutesKey], "sha256:") {
+		t.Fatalf("the interceptor must show the cache's digest, got %.40q", cm.Data[schedulingv1alpha1.RoutesKey])
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 )
 
 // This file holds the pure decisions of the Pipeline controller: decide reads a snapshot and
@@ -211,7 +212,7 @@ func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, uid 
 	if existing != nil {
 		b = existing.DeepCopy()
 	} else {
-		b.Name = bindingName(pl.Name, stageName)
+		b.Name = schedulingv1alpha1.BindingName(pl.Name, stageName)
 		b.Namespace = pl.Namespace
 	}
 	if b.Labels == nil {
@@ -288,13 +289,13 @@ func computePipelineStatus(s *pipelineScope) schedulingv1alpha1.PipelineStatus {
 			notReady = append(notReady, fmt.Sprintf("%s (lost its worker, placed again on %s)", name, b.Spec.Pod))
 		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			ready++
-		case bindingProblem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
+		case binding.BindingProblem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
 			// A binding whose endpoint is simply not ready yet is not named: the message stays
 			// the same while the bindings become Ready one by one, so the status is not
 			// rewritten for each of them.
 			waiting++
 		default:
-			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, stageState(b)))
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", name, binding.StageState(b)))
 		}
 	}
 	if waiting > 0 {
@@ -365,13 +366,6 @@ func nextPhase(old, computed schedulingv1alpha1.PipelinePhase, changed bool) sch
 		return schedulingv1alpha1.PipelineReady
 	}
 	return computed
-}
-
-func phaseOr(p schedulingv1alpha1.BindingPhase, def string) string {
-	if p == "" {
-		return def
-	}
-	return string(p)
 }
 
 // conditionMessage picks the message that explains the phase.

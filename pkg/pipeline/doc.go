@@ -1,9 +1,9 @@
-// Package pipeline holds the controllers that place pipelines on workers: the Pipeline controller
-// (validation, placement through the incremental capacity allocator, bindings, phases, repair and
-// drain moves, the routes ConfigMap), the PipelineBinding controller (a Service per binding and
-// its phase from EndpointSlices), the WorkerClass controller (requested and allocated load, the
-// HPA's input), the hold controller (predelete labels on worker Pods that carry bindings), and the
-// Prometheus metrics served from the allocator's counters. Decisions are pure functions (decide.go,
-// dag.go, placement.go, load.go); the allocator (allocator.go) is the only state shared between
-// reconciles; the controllers read, decide, reserve and write. docs/architecture.md explains why.
+// Package pipeline holds the Pipeline controller and what it decides with: the DAG (dag.go), the
+// placement policies (placement.go), the pure decisions of a reconcile (decide.go) and the
+// incremental capacity allocator (allocator*.go), the only state shared between reconciles, fed by
+// the informers. A reconcile reads one snapshot, decides, reserves capacity in the allocator under
+// its namespace's lock, writes the bindings and the routes ConfigMap, and writes the status once.
+// The binding and hold controllers live in pkg/binding, the WorkerClass controller and the
+// autoscaler's numbers in pkg/workerclass, the Prometheus collector in pkg/metrics; Setup wires
+// them all to one allocator. docs/architecture.md draws the map.
 package pipeline

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
@@ -114,16 +115,9 @@ func bindingChangedForPipeline() predicate.Predicate {
 			return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase ||
 				o.Status.ObservedGeneration != n.Status.ObservedGeneration ||
 				!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
-				readyMessage(o) != readyMessage(n)
+				schedulingv1alpha1.BindingReadyMessage(o) != schedulingv1alpha1.BindingReadyMessage(n)
 		},
 	}
-}
-
-func readyMessage(b *schedulingv1alpha1.PipelineBinding) string {
-	if c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition); c != nil {
-		return c.Reason + ": " + c.Message
-	}
-	return ""
 }
 
 // deletedOnly passes deletes only: the routes ConfigMap is rewritten when it goes away.
@@ -204,7 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: raceRequeue}, nil // with the controller's backoff
 	}
 	if s.routesProblem != "" {
-		return ctrl.Result{RequeueAfter: InTheWayRecheck}, nil
+		return ctrl.Result{RequeueAfter: binding.InTheWayRecheck}, nil
 	}
 	if s.unplaced != nil || s.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending {
 		return ctrl.Result{RequeueAfter: pendingRecheck}, nil
@@ -282,7 +276,7 @@ func (r *Reconciler) readBindings(ctx context.Context, s *pipelineScope) (names 
 		if s.bindings[name] != nil {
 			continue
 		}
-		key := types.NamespacedName{Namespace: pl.Namespace, Name: bindingName(pl.Name, name)}
+		key := types.NamespacedName{Namespace: pl.Namespace, Name: schedulingv1alpha1.BindingName(pl.Name, name)}
 		names = append(names, key.Name)
 		other := &schedulingv1alpha1.PipelineBinding{}
 		if err := r.Get(ctx, key, other); err == nil {
@@ -310,7 +304,7 @@ func (r *Reconciler) readBoundPods(ctx context.Context, s *pipelineScope) {
 		if b.Spec.Pod == "" || s.pods[b.Spec.Pod] != nil || !routesNeedPod(s.classes[b.Spec.Class]) {
 			continue
 		}
-		if pod, err := cachedPod(ctx, r, b.Namespace, b.Spec.Pod); err == nil && pod != nil {
+		if pod, err := binding.CachedPod(ctx, r, b.Namespace, b.Spec.Pod); err == nil && pod != nil {
 			s.pods[b.Spec.Pod] = pod // read only: routeAddress looks up its ports
 		}
 	}
@@ -354,7 +348,7 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 	}
 	requests := make([]StageRequest, 0, len(p.place))
 	for _, sp := range p.place {
-		requests = append(requests, StageRequest{Stage: sp.stage, Binding: bindingName(pl.Name, sp.stage), Class: sp.class,
+		requests = append(requests, StageRequest{Stage: sp.stage, Binding: schedulingv1alpha1.BindingName(pl.Name, sp.stage), Class: sp.class,
 			Load: int64(pl.Spec.DocumentsPerSecond), Current: sp.current})
 	}
 	moves := onlyMoves(p.place)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 func TestBuildRoutes(t *testing.T) {
@@ -25,24 +27,24 @@ func TestBuildRoutes(t *testing.T) {
 	blue := &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "blue"}} // every default: Headless, http 80 → http
 	green := &schedulingv1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "green"}, Spec: schedulingv1alpha1.WorkerClassSpec{
 		ServiceType: schedulingv1alpha1.ServiceClusterIP,
-		Ports:       []schedulingv1alpha1.WorkerClassPort{port("grpc", 9000, 9090)},
+		Ports:       []schedulingv1alpha1.WorkerClassPort{fixtures.ClassPort("grpc", 9000, 9090)},
 	}}
 	bluePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "blue-0"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
 		{Name: "worker", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}},
 	}}}
-	bindings := map[string]*schedulingv1alpha1.PipelineBinding{"first": stageBinding("p", "first", "blue-0"), "second": stageBinding("p", "second", "green-0")}
+	bindings := map[string]*schedulingv1alpha1.PipelineBinding{"first": fixtures.MakePipelineBinding("ns", "p", "first").Pod("blue-0").Class("green").Obj(), "second": fixtures.MakePipelineBinding("ns", "p", "second").Pod("green-0").Class("green").Obj()}
 	classes := map[string]*schedulingv1alpha1.WorkerClass{"blue": blue, "green": green}
 
-	firstAddr := ServiceAddress{DNS: "p-first.ns.svc", ServiceType: schedulingv1alpha1.ServiceHeadless, Ports: []RoutePort{
+	firstAddr := schedulingv1alpha1.ServiceAddress{DNS: "p-first.ns.svc", ServiceType: schedulingv1alpha1.ServiceHeadless, Ports: []schedulingv1alpha1.RoutePort{
 		{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, ServicePort: 80, TargetPort: intstr.FromString("http"), SRV: "_http._tcp.p-first.ns.svc"},
 	}}
-	secondAddr := ServiceAddress{DNS: "p-second.ns.svc", ServiceType: schedulingv1alpha1.ServiceClusterIP, Ports: []RoutePort{
+	secondAddr := schedulingv1alpha1.ServiceAddress{DNS: "p-second.ns.svc", ServiceType: schedulingv1alpha1.ServiceClusterIP, Ports: []schedulingv1alpha1.RoutePort{
 		{Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9000, ServicePort: 9000, TargetPort: intstr.FromInt(9090), SRV: "_grpc._tcp.p-second.ns.svc"},
 	}}
-	want := Routes{Pipeline: "p", Stages: map[string]StageRoute{
+	want := schedulingv1alpha1.Routes{Pipeline: "p", Stages: map[string]schedulingv1alpha1.StageRoute{
 		"first": {Service: "p-first", Pod: "blue-0", Next: []string{"p-second"}, ServiceAddress: firstAddr,
-			NextAddresses: []NextAddress{{Stage: "second", Service: "p-second", ServiceAddress: secondAddr}}},
-		"second": {Service: "p-second", Pod: "green-0", Next: []string{}, ServiceAddress: secondAddr, NextAddresses: []NextAddress{}},
+			NextAddresses: []schedulingv1alpha1.NextAddress{{Stage: "second", Service: "p-second", ServiceAddress: secondAddr}}},
+		"second": {Service: "p-second", Pod: "green-0", Next: []string{}, ServiceAddress: secondAddr, NextAddresses: []schedulingv1alpha1.NextAddress{}},
 	}}
 	got := buildRoutes(pl, bindings, classes, map[string]*corev1.Pod{"blue-0": bluePod})
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -75,7 +77,7 @@ func TestBuildRoutes(t *testing.T) {
 
 func TestRoutesInTheWayError(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p-routes"}}
-	var err error = &routesInTheWayError{message: inTheWayMessage("ConfigMap", cm, "Pipeline", "p")}
+	var err error = &routesInTheWayError{message: binding.InTheWayMessage("ConfigMap", cm, "Pipeline", "p")}
 	if !errors.Is(err, errRoutesInTheWay) {
 		t.Errorf("errors.Is(%v, errRoutesInTheWay) is false", err)
 	}

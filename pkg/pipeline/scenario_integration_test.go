@@ -17,6 +17,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -259,8 +260,8 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"service": "first-second"`, `"next": [` + "\n" + `        "first-third"`, `"pod": "green-0"`} {
-		if !strings.Contains(cm.Data[RoutesKey], want) {
-			t.Errorf("routes lack %s:\n%s", want, cm.Data[RoutesKey])
+		if !strings.Contains(cm.Data[schedulingv1alpha1.RoutesKey], want) {
+			t.Errorf("routes lack %s:\n%s", want, cm.Data[schedulingv1alpha1.RoutesKey])
 		}
 	}
 	// Every binding's Service selects exactly its Pod.
@@ -459,7 +460,7 @@ func TestIntegrationAutoscalerOwnership(t *testing.T) {
 			return err
 		}
 		if hpa.Spec.ScaleTargetRef.Name != "green" || hpa.Spec.MaxReplicas != 5 || *hpa.Spec.MinReplicas != 1 ||
-			hpa.Spec.Metrics[0].Object.Metric.Name != MetricUtilization || hpa.Spec.Metrics[0].Object.Target.Value.String() != "70" ||
+			hpa.Spec.Metrics[0].Object.Metric.Name != workerclass.MetricUtilization || hpa.Spec.Metrics[0].Object.Target.Value.String() != "70" ||
 			!metav1.IsControlledBy(hpa, getClass(t, ns, "green")) {
 			return fmt.Errorf("hpa %+v", hpa.Spec)
 		}

@@ -105,8 +105,8 @@ func TestIntegrationHeadlessServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"dns": "p-second.` + ns + `.svc"`, `"serviceType": "Headless"`, `"port": 8080`, `"srv": "_http._tcp.p-third.` + ns + `.svc"`} {
-		if !strings.Contains(cm.Data[RoutesKey], want) {
-			t.Errorf("routes lack %s:\n%s", want, cm.Data[RoutesKey])
+		if !strings.Contains(cm.Data[schedulingv1alpha1.RoutesKey], want) {
+			t.Errorf("routes lack %s:\n%s", want, cm.Data[schedulingv1alpha1.RoutesKey])
 		}
 	}
 }
@@ -208,8 +208,8 @@ func TestIntegrationServiceTypeSwitch(t *testing.T) {
 	if err := envK8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "a-routes"}, cm); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(cm.Data[RoutesKey], `"serviceType": "ClusterIP"`) {
-		t.Errorf("routes still say ClusterIP:\n%s", cm.Data[RoutesKey])
+	if strings.Contains(cm.Data[schedulingv1alpha1.RoutesKey], `"serviceType": "ClusterIP"`) {
+		t.Errorf("routes still say ClusterIP:\n%s", cm.Data[schedulingv1alpha1.RoutesKey])
 	}
 }
 
@@ -250,7 +250,7 @@ func TestIntegrationServiceInTheWay(t *testing.T) {
 	if err := envK8s.Get(context.Background(), client.ObjectKeyFromObject(theirRoutes), cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.ResourceVersion != theirRoutes.ResourceVersion || len(cm.OwnerReferences) > 0 || cm.Data[RoutesKey] != "" {
+	if cm.ResourceVersion != theirRoutes.ResourceVersion || len(cm.OwnerReferences) > 0 || cm.Data[schedulingv1alpha1.RoutesKey] != "" {
 		t.Errorf("the ConfigMap in the way was modified: resourceVersion %s → %s, owners %v, data %v", theirRoutes.ResourceVersion, cm.ResourceVersion, cm.OwnerReferences, cm.Data)
 	}
 

@@ -7,6 +7,9 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/conveyor-dev/conveyor/pkg/binding"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 )
 
 // SetupOptions tunes the controllers of this package.
@@ -30,7 +33,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if c == nil {
 		c = mgr.GetClient()
 	}
-	if err := SetupIndexes(ctx, mgr); err != nil {
+	if err := binding.SetupIndexes(ctx, mgr); err != nil {
 		return nil, err
 	}
 	alloc := NewAllocator(nil)
@@ -43,16 +46,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipeline controller: %w", err)
 	}
-	if err := (&BindingReconciler{
+	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
 		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
-	if err := (&WorkerClassReconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&workerclass.Reconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workerclass controller: %w", err)
 	}
-	if err := (&HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&binding.HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up worker hold controller: %w", err)
 	}
 	return alloc, nil

@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
@@ -173,7 +174,7 @@ func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.DeletionTimestamp == nil && !isReadyPod(pod) {
+		if pod.DeletionTimestamp == nil && !workerpod.Ready(pod) {
 			pod.Status.Phase = corev1.PodRunning
 			pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", i+1)
 			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
@@ -203,7 +204,7 @@ func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
 			}
 			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
 				Addresses:  []string{"10.0.0.1"},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(isReadyPod(pod))},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(workerpod.Ready(pod))},
 				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod.Name, Namespace: ns, UID: pod.UID},
 			})
 		}

@@ -23,6 +23,8 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
@@ -221,7 +223,7 @@ func (w *world) feed(o client.Object, deleted bool) {
 
 func (w *world) syncPods() {
 	for name, pod := range w.pods {
-		fp := fmt.Sprintf("%s/%v/%s", pod.UID, isReadyPod(pod), pod.Labels[appsv1alpha1.LifecycleLabel])
+		fp := fmt.Sprintf("%s/%v/%s", pod.UID, workerpod.Ready(pod), pod.Labels[appsv1alpha1.LifecycleLabel])
 		if w.podsSeen[name] != fp {
 			w.podsSeen[name] = fp
 			w.alloc.OnPod(pod.DeepCopy(), false)
@@ -463,7 +465,7 @@ func (w *world) bindingController() {
 	for _, b := range w.bindings() {
 		pod := w.pods[b.Spec.Pod]
 		if w.rng.IntN(3) > 0 {
-			if pod != nil && isReadyPod(pod) {
+			if pod != nil && workerpod.Ready(pod) {
 				w.endpoints[b.Name] = pod.UID
 			} else {
 				delete(w.endpoints, b.Name)
@@ -480,7 +482,7 @@ func (w *world) bindingController() {
 		if pod != nil {
 			p = pod
 		}
-		st, _ := bindingStatus(b, p, ready, serviceState{usable: true}, w.now, 0)
+		st, _ := binding.StatusWithService(b, p, ready, w.now, 0)
 		st.ObservedGeneration = b.Generation
 		if apiequality.Semantic.DeepEqual(b.Status, st) {
 			continue
@@ -588,7 +590,7 @@ func (w *world) workersAlive(name string) bool {
 			continue
 		}
 		pod := w.pods[b.Spec.Pod]
-		if pod == nil || (b.Spec.PodUID != "" && pod.UID != b.Spec.PodUID) || !isReadyPod(pod) {
+		if pod == nil || (b.Spec.PodUID != "" && pod.UID != b.Spec.PodUID) || !workerpod.Ready(pod) {
 			return false
 		}
 	}

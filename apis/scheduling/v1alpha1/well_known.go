@@ -16,3 +16,22 @@ const (
 	// SchedulerName is the profile of the secondary scheduler that places worker Pods.
 	SchedulerName = "conveyor-scheduler"
 )
+
+// WorkerSetOf is the WorkerSet a class's workers come from: spec.workerSetName, or the class's own
+// name.
+func WorkerSetOf(wc *WorkerClass) string {
+	if wc.Spec.WorkerSetName != "" {
+		return wc.Spec.WorkerSetName
+	}
+	return wc.Name
+}
+
+// BindingReadyMessage is a binding's Ready condition as "Reason: message", "" when it has none.
+func BindingReadyMessage(b *PipelineBinding) string {
+	for _, c := range b.Status.Conditions {
+		if c.Type == BindingReadyCondition {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
+}

@@ -24,7 +24,6 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
@@ -147,7 +146,7 @@ func floorWrites(ctx context.Context, c client.Client, cfg *config, mode schedul
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: pl.Name + "-routes", Namespace: namespace, Labels: map[string]string{schedulingv1alpha1.PipelineLabel: pl.Name}},
-		Data:       map[string]string{pipeline.RoutesKey: string(doc)},
+		Data:       map[string]string{schedulingv1alpha1.RoutesKey: string(doc)},
 	}
 	if err := controllerutil.SetControllerReference(pl, cm, cluster.Scheme()); err != nil {
 		return writes, err
@@ -205,24 +204,24 @@ func floorService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alpha1
 }
 
 // floorRoutes is a routes document of the operator's shape for the benchmark's chain.
-func floorRoutes(pl string, mode schedulingv1alpha1.BindingServiceType) pipeline.Routes {
-	addr := func(service string) pipeline.ServiceAddress {
+func floorRoutes(pl string, mode schedulingv1alpha1.BindingServiceType) schedulingv1alpha1.Routes {
+	addr := func(service string) schedulingv1alpha1.ServiceAddress {
 		dns := service + "." + namespace + ".svc"
 		port := int32(80)
 		if mode == schedulingv1alpha1.ServiceHeadless {
 			port = 8080
 		}
-		return pipeline.ServiceAddress{DNS: dns, ServiceType: mode, Ports: []pipeline.RoutePort{{
+		return schedulingv1alpha1.ServiceAddress{DNS: dns, ServiceType: mode, Ports: []schedulingv1alpha1.RoutePort{{
 			Name: "http", Protocol: corev1.ProtocolTCP, Port: port, ServicePort: 80, TargetPort: intstr.FromString("http"), SRV: "_http._tcp." + dns}}}
 	}
-	r := pipeline.Routes{Pipeline: pl, Stages: map[string]pipeline.StageRoute{}}
+	r := schedulingv1alpha1.Routes{Pipeline: pl, Stages: map[string]schedulingv1alpha1.StageRoute{}}
 	for s, st := range stages {
 		svc := pl + "-" + st.name
-		route := pipeline.StageRoute{Service: svc, Next: []string{}, ServiceAddress: addr(svc), NextAddresses: []pipeline.NextAddress{}}
+		route := schedulingv1alpha1.StageRoute{Service: svc, Next: []string{}, ServiceAddress: addr(svc), NextAddresses: []schedulingv1alpha1.NextAddress{}}
 		if s+1 < len(stages) {
 			next := stages[s+1].name
 			route.Next = append(route.Next, pl+"-"+next)
-			route.NextAddresses = append(route.NextAddresses, pipeline.NextAddress{Stage: next, Service: pl + "-" + next, ServiceAddress: addr(pl + "-" + next)})
+			route.NextAddresses = append(route.NextAddresses, schedulingv1alpha1.NextAddress{Stage: next, Service: pl + "-" + next, ServiceAddress: addr(pl + "-" + next)})
 		}
 		r.Stages[st.name] = route
 	}

@@ -15,8 +15,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/pkg/operator"
-	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/test/chaos"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/testenv"
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 // stays below the 60 s recheck of a pipeline waiting for capacity: a repair that happened only on
 // that safety net, because no event woke it, does not pass. (The grace applies to a Pod that is
 // not Ready; a deleted Pod is DeadEnd at once, so the grace is headroom here.)
-const StaleBound = pipeline.DefaultDeadEndGrace + 30*time.Second
+const StaleBound = binding.DefaultDeadEndGrace + 30*time.Second
 
 // TestChaosUnderLoad: 200 pipelines of three stages over three classes, a worker Pod deleted every
 // second for 60 seconds; no worker over capacity at any event, every placed binding with its Pod's

@@ -1,4 +1,4 @@
-package pipeline
+package workerclass
 
 // desiredWorkers is ceil(requested / (capacity × targetUtilization / 100)).
 func desiredWorkers(requested, capacity int64, targetUtilization int32) int32 {

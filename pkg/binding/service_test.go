@@ -1,4 +1,4 @@
-package pipeline
+package binding
 
 import (
 	"errors"
@@ -16,18 +16,10 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
-func port(name string, number int32, target any) schedulingv1alpha1.WorkerClassPort {
-	p := schedulingv1alpha1.WorkerClassPort{Name: name, Port: number}
-	switch t := target.(type) {
-	case int:
-		p.TargetPort = ptrIntOrString(intstr.FromInt(t))
-	case string:
-		p.TargetPort = ptrIntOrString(intstr.FromString(t))
-	}
-	return p
-}
+var port = fixtures.ClassPort
 
 func udp(p schedulingv1alpha1.WorkerClassPort) schedulingv1alpha1.WorkerClassPort {
 	p.Protocol = corev1.ProtocolUDP
@@ -35,10 +27,7 @@ func udp(p schedulingv1alpha1.WorkerClassPort) schedulingv1alpha1.WorkerClassPor
 }
 
 func stageBinding(pipeline, stage, pod string) *schedulingv1alpha1.PipelineBinding {
-	return &schedulingv1alpha1.PipelineBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: pipeline + "-" + stage, Namespace: "ns"},
-		Spec:       schedulingv1alpha1.PipelineBindingSpec{Pipeline: pipeline, Stage: stage, Class: "green", Pod: pod},
-	}
+	return fixtures.MakePipelineBinding("ns", pipeline, stage).Class("green").Pod(pod).Obj()
 }
 
 func TestDesiredService(t *testing.T) {
@@ -50,16 +39,16 @@ func TestDesiredService(t *testing.T) {
 		wantClusterIP string
 		wantPorts     []corev1.ServicePort
 	}{
-		{"headless by default class", classServiceType(nil), classPorts(nil), corev1.ClusterIPNone,
+		{"headless by default class", ClassServiceType(nil), ClassPorts(nil), corev1.ClusterIPNone,
 			[]corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}}},
-		{"ClusterIP leaves the address to the apiserver", schedulingv1alpha1.ServiceClusterIP, classPorts(nil), "",
+		{"ClusterIP leaves the address to the apiserver", schedulingv1alpha1.ServiceClusterIP, ClassPorts(nil), "",
 			[]corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}}},
 		{"a port without targetPort targets itself", schedulingv1alpha1.ServiceHeadless, []schedulingv1alpha1.WorkerClassPort{port("grpc", 9000, nil), udp(port("dns", 53, 5353))}, corev1.ClusterIPNone,
 			[]corev1.ServicePort{{Name: "grpc", Port: 9000, TargetPort: intstr.FromInt32(9000), Protocol: corev1.ProtocolTCP}, {Name: "dns", Port: 53, TargetPort: intstr.FromInt(5353), Protocol: corev1.ProtocolUDP}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc := desiredService(b, tt.mode, tt.ports)
+			svc := DesiredService(b, tt.mode, tt.ports)
 			if svc.Name != "p-second" || svc.Namespace != "ns" || svc.Spec.Type != corev1.ServiceTypeClusterIP {
 				t.Errorf("name %s/%s type %s", svc.Namespace, svc.Name, svc.Spec.Type)
 			}
@@ -81,7 +70,7 @@ func TestDesiredService(t *testing.T) {
 
 func TestServiceDrift(t *testing.T) {
 	b := stageBinding("p", "second", "green-1")
-	want := desiredService(b, schedulingv1alpha1.ServiceHeadless, classPorts(nil))
+	want := DesiredService(b, schedulingv1alpha1.ServiceHeadless, ClassPorts(nil))
 	tests := []struct {
 		name   string
 		modify func(*corev1.Service)
@@ -101,7 +90,7 @@ func TestServiceDrift(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cur := want.DeepCopy()
 			tt.modify(cur)
-			if got := serviceDrift(cur, want); got != tt.drift {
+			if got := ServiceDrift(cur, want); got != tt.drift {
 				t.Errorf("drift %v, want %v", got, tt.drift)
 			}
 		})
@@ -114,7 +103,7 @@ func TestValidatePorts(t *testing.T) {
 		ports   []schedulingv1alpha1.WorkerClassPort
 		wantErr string
 	}{
-		{"default", classPorts(nil), ""},
+		{"default", ClassPorts(nil), ""},
 		{"named and numbered targets", []schedulingv1alpha1.WorkerClassPort{port("http", 80, "http"), port("metrics", 9090, 9090), port("grpc", 9000, nil)}, ""},
 		{"same number over TCP and UDP", []schedulingv1alpha1.WorkerClassPort{port("dns-tcp", 53, nil), udp(port("dns-udp", 53, nil))}, ""},
 		{"duplicate name", []schedulingv1alpha1.WorkerClassPort{port("http", 80, nil), port("http", 81, nil)}, "port 2 (http) repeats the name of port 1"},
@@ -191,7 +180,7 @@ func TestBindingStatusWithService(t *testing.T) {
 			}
 			b := tt.b.DeepCopy()
 			b.Status = st
-			gotProblem := bindingProblem(b)
+			gotProblem := BindingProblem(b)
 			wantProblem := ""
 			if tt.wantReason == schedulingv1alpha1.ReasonServiceFailed || tt.wantReason == schedulingv1alpha1.ReasonServiceInTheWay {
 				wantProblem = tt.wantMessage
@@ -215,16 +204,16 @@ func findBindingReady(st schedulingv1alpha1.PipelineBindingStatus) *metav1.Condi
 func TestStageState(t *testing.T) {
 	b := stageBinding("p", "second", "green-1")
 	b.Status.Phase = schedulingv1alpha1.BindingPending
-	if got := stageState(b); got != "Pending" {
+	if got := StageState(b); got != "Pending" {
 		t.Errorf("stageState %q", got)
 	}
 	b.Status.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.BindingReadyCondition, Status: metav1.ConditionFalse,
 		Reason: schedulingv1alpha1.ReasonServiceFailed, Message: "Service p-second cannot be created: range is full"}}
-	if got := stageState(b); got != "Pending: Service p-second cannot be created: range is full" {
+	if got := StageState(b); got != "Pending: Service p-second cannot be created: range is full" {
 		t.Errorf("stageState %q", got)
 	}
 	b.Generation = 2 // a condition from an older spec says nothing about this one
-	if got := stageState(b); got != "Pending" {
+	if got := StageState(b); got != "Pending" {
 		t.Errorf("stageState of a stale condition %q", got)
 	}
 }
@@ -243,11 +232,11 @@ func fmtWrap(err error) error { return errors.Join(errors.New("context"), err) }
 
 func TestInTheWayMessage(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "p-second"}}
-	if got := inTheWayMessage("Service", svc, "binding", "p-second"); !strings.Contains(got, "Service p-second exists and is not controlled by binding p-second (it has no controller)") {
+	if got := InTheWayMessage("Service", svc, "binding", "p-second"); !strings.Contains(got, "Service p-second exists and is not controlled by binding p-second (it has no controller)") {
 		t.Errorf("message %q", got)
 	}
 	svc.OwnerReferences = []metav1.OwnerReference{{Kind: "Deployment", Name: "web", Controller: ptrTrue()}}
-	if got := inTheWayMessage("Service", svc, "binding", "p-second"); !strings.Contains(got, "(it has controller Deployment web)") {
+	if got := InTheWayMessage("Service", svc, "binding", "p-second"); !strings.Contains(got, "(it has controller Deployment web)") {
 		t.Errorf("message %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package workerclass
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPod
 		ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
-				APIVersion: appsv1alpha1.GroupVersion.String(), Kind: "WorkerSet", Name: workerSetName(wc),
+				APIVersion: appsv1alpha1.GroupVersion.String(), Kind: "WorkerSet", Name: schedulingv1alpha1.WorkerSetOf(wc),
 			},
 			MinReplicas: ptr.To(ptr.Deref(a.MinReplicas, 1)),
 			MaxReplicas: a.MaxReplicas,
@@ -100,7 +100,7 @@ func setHPASpec(spec, want *autoscalingv2.HorizontalPodAutoscalerSpec) {
 
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
-func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
+func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
 	existing := &autoscalingv2.HorizontalPodAutoscaler{}
 	err = r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: wc.Name}, existing)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -134,5 +134,5 @@ func (r *WorkerClassReconciler) syncAutoscaler(ctx context.Context, wc *scheduli
 	perWorker := strconv.FormatFloat(float64(wc.Spec.Capacity)*float64(targetUtilization(wc))/100, 'f', -1, 64)
 	return true, schedulingv1alpha1.ReasonAutoscalerSynced,
 		fmt.Sprintf("HorizontalPodAutoscaler %s scales WorkerSet %s between %d and %d workers to keep them at %d%% of their capacity (%s documents/s each)",
-			wc.Name, workerSetName(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, targetUtilization(wc), perWorker), nil
+			wc.Name, schedulingv1alpha1.WorkerSetOf(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, targetUtilization(wc), perWorker), nil
 }

@@ -1,4 +1,4 @@
-package pipeline
+package binding
 
 import (
 	"maps"
@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // workerPodPredicate passes the events of worker Pods (those with the WorkerClass label) that can
@@ -37,6 +38,6 @@ func workerPodPredicate() predicate.Predicate {
 
 // workerPodChanged says whether an update of a worker Pod matters to placement, bindings or holds.
 func workerPodChanged(o, n *corev1.Pod) bool {
-	return o.UID != n.UID || isReadyPod(o) != isReadyPod(n) || o.Status.Phase != n.Status.Phase ||
+	return o.UID != n.UID || workerpod.Ready(o) != workerpod.Ready(n) || o.Status.Phase != n.Status.Phase ||
 		!o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !maps.Equal(o.Labels, n.Labels)
 }

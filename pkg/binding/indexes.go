@@ -1,24 +1,22 @@
-package pipeline
+package binding
 
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// Cache indexes the controllers share. Lookups with a small set per value (a Service's slices, a
-// Pipeline's bindings) or used only on a rare event (a WorkerClass's bindings and Pipelines) are
-// not indexes: controller-runtime keeps each index twice, per namespace and cluster-wide, and at
-// thousands of pipelines those sets were about 3 KB per pipeline. They come from the allocator
-// (Allocator.PipelineBindings, PipelinesOfClass, BindingsOfClass) and from the binding
-// controller's slice handler (sliceNames).
+// Cache indexes the controllers share: bindings by the Pod they name and by the Pod still serving
+// them (the hold controller must not read a lagging map, or a WorkerSet could delete a Pod that
+// still carries a binding), and Pods by name. Lookups with a small set per value (a Service's
+// slices, a Pipeline's bindings) or used only on a rare event (a WorkerClass's bindings and
+// Pipelines) are not indexes, since controller-runtime keeps each index twice, per namespace and
+// cluster-wide (docs/architecture.md, "What the operator caches").
 const (
 	bindingPodIndex     = ".spec.pod"
 	bindingServingIndex = ".status.servingPod"
@@ -64,51 +62,10 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-// isReadyPod says the Pod is Running, Ready and not terminating.
-func isReadyPod(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// isDraining says the WorkerSet is about to delete the Pod (docs/architecture.md, "Drain before
-// scale-down").
-func isDraining(pod *corev1.Pod) bool {
-	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
-}
-
-// podOrdinal reads the Pod's ordinal from its pod-index label; -1 when absent.
-func podOrdinal(pod *corev1.Pod) int {
-	n, err := strconv.Atoi(pod.Labels[appsv1alpha1.PodIndexLabel])
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-// workerSetName is the WorkerSet a class's workers come from.
-func workerSetName(wc *schedulingv1alpha1.WorkerClass) string {
-	if wc.Spec.WorkerSetName != "" {
-		return wc.Spec.WorkerSetName
-	}
-	return wc.Name
-}
-
-// bindingName is the name of a stage's binding, its Service and its key in routes: <pipeline>-<stage>.
-func bindingName(pipeline, stage string) string {
-	return pipeline + "-" + stage
-}
-
-// cachedPod reads a Pod from the cache in place, through the name index, without the copy a Get
+// CachedPod reads a Pod from the cache in place, through the name index, without the copy a Get
 // makes: the result is shared with the cache and must not be modified. It returns nil when the
 // cache has no such Pod.
-func cachedPod(ctx context.Context, c client.Reader, namespace, name string) (*corev1.Pod, error) {
+func CachedPod(ctx context.Context, c client.Reader, namespace, name string) (*corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingFields{podNameIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("read pod %s: %w", name, err)

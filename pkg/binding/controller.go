@@ -1,4 +1,4 @@
-package pipeline
+package binding
 
 import (
 	"context"
@@ -25,14 +25,25 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
+
+// ClassBindings names the bindings of a WorkerClass; the Pipeline controller's allocator answers it
+// from memory, so a class change reads no list.
+type ClassBindings interface {
+	BindingsOfClass(namespace, class string) []string
+}
+
+// RaceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
+// AlreadyExists, a status written by an older copy) looks again.
+const RaceRequeue = 100 * time.Millisecond
 
 // DefaultDeadEndGrace is how long a bound Pod may be not Ready before its binding is DeadEnd.
 const DefaultDeadEndGrace = 5 * time.Second
 
-// BindingReconciler keeps a Service per PipelineBinding that selects exactly the bound Pod, and
+// Reconciler keeps a Service per PipelineBinding that selects exactly the bound Pod, and
 // derives the binding's phase from that Service's EndpointSlices and the Pod.
-type BindingReconciler struct {
+type Reconciler struct {
 	client.Client
 	Recorder                events.EventRecorder
 	MaxConcurrentReconciles int
@@ -44,7 +55,7 @@ type BindingReconciler struct {
 	APIReader client.Reader
 
 	// Allocator names a WorkerClass's bindings when the class changes.
-	Allocator *Allocator
+	Allocator ClassBindings
 
 	serviceProblems sync.Map // binding key → the Service problem last recorded as an Event
 	slices          sliceNames
@@ -57,7 +68,7 @@ type BindingReconciler struct {
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 
 // SetupWithManager registers the controller and its watches.
-func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Allocator == nil {
 		return errors.New("pipelinebinding controller: no Allocator")
 	}
@@ -80,7 +91,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // podToBindings: the bindings on a Pod, or still served by it.
-func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) podToBindings(ctx context.Context, o client.Object) []reconcile.Request {
 	var out []reconcile.Request
 	_ = visitBindingsOnPod(ctx, r, o.GetNamespace(), o.GetName(), func(b *schedulingv1alpha1.PipelineBinding) bool {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
@@ -90,7 +101,7 @@ func (r *BindingReconciler) podToBindings(ctx context.Context, o client.Object) 
 }
 
 // Reconcile keeps one binding's Service and phase.
-func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -104,13 +115,13 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	svc, svcErr := r.syncService(ctx, b)
 	if isRace(svcErr) {
-		return ctrl.Result{RequeueAfter: raceRequeue}, nil
+		return ctrl.Result{RequeueAfter: RaceRequeue}, nil
 	}
 
 	var pod *corev1.Pod // read only, shared with the cache
 	if b.Spec.Pod != "" {
 		var err error
-		if pod, err = cachedPod(ctx, r, b.Namespace, b.Spec.Pod); err != nil {
+		if pod, err = CachedPod(ctx, r, b.Namespace, b.Spec.Pod); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -127,7 +138,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			slices = append(slices, slice)
 		}
 	}
-	st, recheck := bindingStatus(b, pod, readyEndpointPods(slices), svc, r.Now(), r.DeadEndGrace)
+	st, recheck := bindingStatus(b, pod, ReadyEndpointPods(slices), svc, r.Now(), r.DeadEndGrace)
 	if wait := firstStatusWait(b, st, svcErr, r.Now()); wait > 0 {
 		// A new binding whose endpoint is simply not ready yet: its first status is written when
 		// the endpoint is (the EndpointSlice's event brings it back), or after the wait.
@@ -135,7 +146,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: raceRequeue}, nil
+			return ctrl.Result{RequeueAfter: RaceRequeue}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -174,9 +185,9 @@ func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha
 // Service or routes ConfigMap of its name) looks again whether that object is gone.
 const InTheWayRecheck = 15 * time.Second
 
-// readyEndpointPods maps the Pods with a ready endpoint in the slices to the UID the endpoint names
+// ReadyEndpointPods maps the Pods with a ready endpoint in the slices to the UID the endpoint names
 // (empty when the endpoint names none).
-func readyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]types.UID {
+func ReadyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]types.UID {
 	out := map[string]types.UID{}
 	for _, s := range slices {
 		for _, ep := range s.Endpoints {
@@ -246,7 +257,7 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s is gone or terminating", b.Spec.Pod), true)
 	case boundUID != "" && pod.UID != boundUID:
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s was replaced by a new Pod of the same name", b.Spec.Pod), true)
-	case !isReadyPod(pod):
+	case !workerpod.Ready(pod):
 		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
 	case !svc.usable && svc.reason != "":
 		// No Service of the binding's own: another's EndpointSlices do not count.
@@ -292,7 +303,7 @@ func hasEndpoint(ready map[string]types.UID, name string) bool {
 	return ok
 }
 
-func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, success bool) error {
+func (r *Reconciler) writeStatus(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, success bool) error {
 	if success {
 		st.ObservedGeneration = b.Generation
 	}
@@ -304,7 +315,22 @@ func (r *BindingReconciler) writeStatus(ctx context.Context, b *schedulingv1alph
 	// in the status and the printer columns.
 	if old != st.Phase && st.Phase == schedulingv1alpha1.BindingDeadEnd {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventDeadEnd, "Phase", "phase %s -> DeadEnd: %s",
-			phaseOr(old, "none"), readyMessage(&schedulingv1alpha1.PipelineBinding{Status: st}))
+			PhaseOr(old, "none"), schedulingv1alpha1.BindingReadyMessage(&schedulingv1alpha1.PipelineBinding{Status: st}))
 	}
 	return nil
+}
+
+// PhaseOr is a binding phase as a string, def when the phase is not set yet.
+func PhaseOr(p schedulingv1alpha1.BindingPhase, def string) string {
+	if p == "" {
+		return def
+	}
+	return string(p)
+}
+
+// StatusWithService is the status of a binding whose Service exists as desired, from its Pod and
+// the Pods the Service's EndpointSlices show ready (ReadyEndpointPods), and how soon to look again.
+// The Pipeline controller's simulated world computes binding phases with it.
+func StatusWithService(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
+	return bindingStatus(b, pod, ready, serviceState{usable: true}, now, grace)
 }

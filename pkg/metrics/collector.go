@@ -1,7 +1,9 @@
-package pipeline
+package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 )
 
 var (
@@ -32,7 +34,21 @@ var (
 // is fed by the informers on every operator replica, leader or not, so every replica reports the
 // same numbers, and a scrape costs the number of classes and phases, not of pipelines.
 type Collector struct {
-	Allocator *Allocator
+	Allocator Counters
+}
+
+// PhaseCounts is how many Pipelines and bindings of a namespace are in each phase, and how many
+// Pipelines are not schedulable, by the reason of their Schedulable condition.
+type PhaseCounts struct {
+	Pipelines, Bindings map[string]int
+	Unschedulable       map[string]int
+}
+
+// Counters are the allocator's numbers the collector serves: every namespace's classes, and its
+// Pipelines and bindings by phase.
+type Counters interface {
+	AllClassLoads() map[string]map[string]workerclass.ClassLoad
+	Phases() map[string]PhaseCounts
 }
 
 var _ prometheus.Collector = &Collector{}

@@ -1,4 +1,4 @@
-package pipeline
+package binding
 
 import (
 	"context"
@@ -43,16 +43,16 @@ type serviceState struct {
 	created time.Time
 }
 
-// classPorts and classServiceType read a class's Service settings; a missing class (the Pipeline is
+// ClassPorts and ClassServiceType read a class's Service settings; a missing class (the Pipeline is
 // Invalid then) or an unset field gets the schema's default.
-func classPorts(wc *schedulingv1alpha1.WorkerClass) []schedulingv1alpha1.WorkerClassPort {
+func ClassPorts(wc *schedulingv1alpha1.WorkerClass) []schedulingv1alpha1.WorkerClassPort {
 	if wc == nil || len(wc.Spec.Ports) == 0 {
 		return defaultPorts
 	}
 	return wc.Spec.Ports
 }
 
-func classServiceType(wc *schedulingv1alpha1.WorkerClass) schedulingv1alpha1.BindingServiceType {
+func ClassServiceType(wc *schedulingv1alpha1.WorkerClass) schedulingv1alpha1.BindingServiceType {
 	if wc == nil || wc.Spec.ServiceType == "" {
 		return schedulingv1alpha1.ServiceHeadless
 	}
@@ -103,9 +103,9 @@ func validatePorts(ports []schedulingv1alpha1.WorkerClassPort) error {
 	return nil
 }
 
-// desiredService is the Service of a binding: named like the binding, headless or ClusterIP as the
+// DesiredService is the Service of a binding: named like the binding, headless or ClusterIP as the
 // class says, selecting exactly the bound Pod by its pod-name label, with the class's ports.
-func desiredService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alpha1.BindingServiceType, ports []schedulingv1alpha1.WorkerClassPort) *corev1.Service {
+func DesiredService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alpha1.BindingServiceType, ports []schedulingv1alpha1.WorkerClassPort) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: b.Namespace, Labels: map[string]string{
 			schedulingv1alpha1.PipelineLabel: b.Spec.Pipeline,
@@ -114,7 +114,7 @@ func desiredService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alph
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: map[string]string{appsv1alpha1.PodNameLabel: b.Spec.Pod},
-			Ports:    servicePorts(ports),
+			Ports:    ServicePorts(ports),
 		},
 	}
 	if mode == schedulingv1alpha1.ServiceHeadless {
@@ -123,8 +123,8 @@ func desiredService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alph
 	return svc
 }
 
-// servicePorts converts class ports to Service ports.
-func servicePorts(ports []schedulingv1alpha1.WorkerClassPort) []corev1.ServicePort {
+// ServicePorts converts class ports to Service ports.
+func ServicePorts(ports []schedulingv1alpha1.WorkerClassPort) []corev1.ServicePort {
 	out := make([]corev1.ServicePort, 0, len(ports))
 	for _, p := range ports {
 		target := intstr.FromInt32(p.Port)
@@ -142,12 +142,13 @@ func servicePorts(ports []schedulingv1alpha1.WorkerClassPort) []corev1.ServicePo
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
 
-func isHeadless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.ClusterIPNone }
+// IsHeadless says the Service has no cluster IP: its DNS name resolves to the selected Pod.
+func IsHeadless(svc *corev1.Service) bool { return svc.Spec.ClusterIP == corev1.ClusterIPNone }
 
-// serviceDrift says what of an existing Service of ours differs from the desired one, short of the
+// ServiceDrift says what of an existing Service of ours differs from the desired one, short of the
 // clusterIP mode (which only a re-creation changes): labels, type, selector, ports. Fields the
 // apiserver defaults are not compared.
-func serviceDrift(cur, want *corev1.Service) bool {
+func ServiceDrift(cur, want *corev1.Service) bool {
 	for k, v := range want.Labels {
 		if cur.Labels[k] != v {
 			return true
@@ -170,7 +171,7 @@ func serviceDrift(cur, want *corev1.Service) bool {
 // and never touches a Service of that name it does not control. A problem is returned in the state
 // for the status; the error is returned too when a retry can help (an API error), so that
 // controller-runtime's exponential backoff paces the retries.
-func (r *BindingReconciler) syncService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding) (serviceState, error) {
+func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding) (serviceState, error) {
 	wc := &schedulingv1alpha1.WorkerClass{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Class}, wc); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -193,10 +194,10 @@ func (r *BindingReconciler) syncService(ctx context.Context, b *schedulingv1alph
 	return st, err
 }
 
-func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, wc *schedulingv1alpha1.WorkerClass, cur *corev1.Service) (serviceState, error) {
+func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, wc *schedulingv1alpha1.WorkerClass, cur *corev1.Service) (serviceState, error) {
 	usable := cur != nil && metav1.IsControlledBy(cur, b)
 	if cur != nil && !usable {
-		return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: inTheWayMessage("Service", cur, "binding", b.Name)}, nil
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: InTheWayMessage("Service", cur, "binding", b.Name)}, nil
 	}
 	failed := func(verb string, err error, usable bool) (serviceState, error) {
 		st := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, message: fmt.Sprintf("Service %s cannot be %s: %s", b.Name, verb, apiMessage(err)), usable: usable}
@@ -205,7 +206,7 @@ func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alp
 		}
 		return st, fmt.Errorf("%s service %s: %w", strings.TrimSuffix(verb, "d"), b.Name, err)
 	}
-	ports := classPorts(wc)
+	ports := ClassPorts(wc)
 	if err := validatePorts(ports); err != nil {
 		// Not retried: the WorkerClass watch brings the binding back when the class is fixed.
 		st := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, usable: usable,
@@ -215,17 +216,17 @@ func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alp
 		}
 		return st, nil
 	}
-	mode := classServiceType(wc)
-	want := desiredService(b, mode, ports)
+	mode := ClassServiceType(wc)
+	want := DesiredService(b, mode, ports)
 	if err := controllerutil.SetControllerReference(b, want, r.Scheme()); err != nil {
 		return serviceState{}, err
 	}
 	log := ctrl.LoggerFrom(ctx)
-	if cur != nil && isHeadless(cur) != (mode == schedulingv1alpha1.ServiceHeadless) {
+	if cur != nil && IsHeadless(cur) != (mode == schedulingv1alpha1.ServiceHeadless) {
 		// clusterIP is immutable: re-create under the same name, the only name workers know. The
 		// UID precondition keeps a stale cache from deleting a Service we already re-created.
 		was := "ClusterIP " + cur.Spec.ClusterIP
-		if isHeadless(cur) {
+		if IsHeadless(cur) {
 			was = "Headless"
 		}
 		if err := r.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) {
@@ -241,13 +242,13 @@ func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alp
 	if cur == nil {
 		if err := r.Create(ctx, want); err != nil {
 			if other := r.liveService(ctx, b, err); other != nil {
-				return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: inTheWayMessage("Service", other, "binding", b.Name)}, nil
+				return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: InTheWayMessage("Service", other, "binding", b.Name)}, nil
 			}
 			return failed("created", err, false)
 		}
 		return serviceState{usable: true, created: want.CreationTimestamp.Time}, nil
 	}
-	if !serviceDrift(cur, want) {
+	if !ServiceDrift(cur, want) {
 		return serviceState{usable: true, created: cur.CreationTimestamp.Time}, nil
 	}
 	patch := client.MergeFrom(cur.DeepCopy())
@@ -269,7 +270,7 @@ func (r *BindingReconciler) writeService(ctx context.Context, b *schedulingv1alp
 // liveService reads, past the cache, the Service a create found already there: the operator caches
 // only the Services of pipelines, so one made by someone else is not in the cache. It returns that
 // Service when the binding does not control it (it is in the way), nil otherwise.
-func (r *BindingReconciler) liveService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, createErr error) *corev1.Service {
+func (r *Reconciler) liveService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, createErr error) *corev1.Service {
 	if !apierrors.IsAlreadyExists(createErr) || r.APIReader == nil {
 		return nil
 	}
@@ -286,7 +287,7 @@ func isRace(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAl
 
 // recordServiceProblem records a Warning Event when the binding's Service problem changes, not on
 // every retry of the same one.
-func (r *BindingReconciler) recordServiceProblem(b *schedulingv1alpha1.PipelineBinding, st serviceState) {
+func (r *Reconciler) recordServiceProblem(b *schedulingv1alpha1.PipelineBinding, st serviceState) {
 	key := client.ObjectKeyFromObject(b)
 	if st.reason == "" {
 		r.serviceProblems.Delete(key)
@@ -307,8 +308,8 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// inTheWayMessage names an object the operator will not adopt, and who controls it.
-func inTheWayMessage(kind string, o metav1.Object, ownerKind, owner string) string {
+// InTheWayMessage names an object the operator will not adopt, and who controls it.
+func InTheWayMessage(kind string, o metav1.Object, ownerKind, owner string) string {
 	by := "no controller"
 	if ref := metav1.GetControllerOf(o); ref != nil {
 		by = fmt.Sprintf("controller %s %s", ref.Kind, ref.Name)
@@ -317,9 +318,9 @@ func inTheWayMessage(kind string, o metav1.Object, ownerKind, owner string) stri
 		kind, o.GetName(), ownerKind, owner, by)
 }
 
-// bindingProblem is the binding's Service problem, read from its Ready condition: "" when there is
+// BindingProblem is the binding's Service problem, read from its Ready condition: "" when there is
 // none.
-func bindingProblem(b *schedulingv1alpha1.PipelineBinding) string {
+func BindingProblem(b *schedulingv1alpha1.PipelineBinding) string {
 	c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition)
 	if c == nil || c.Status == metav1.ConditionTrue || c.ObservedGeneration != b.Generation {
 		return ""
@@ -340,11 +341,11 @@ func withProblem(msg string, svc serviceState) string {
 	return msg + "; but " + svc.message
 }
 
-// stageState is how a placed, not Ready stage is shown in the Pipeline's Ready condition: its
+// StageState is how a placed, not Ready stage is shown in the Pipeline's Ready condition: its
 // binding's phase, and the Service problem if there is one.
-func stageState(b *schedulingv1alpha1.PipelineBinding) string {
-	phase := phaseOr(b.Status.Phase, "Pending")
-	if p := bindingProblem(b); p != "" {
+func StageState(b *schedulingv1alpha1.PipelineBinding) string {
+	phase := PhaseOr(b.Status.Phase, "Pending")
+	if p := BindingProblem(b); p != "" {
 		return phase + ": " + p
 	}
 	return phase
@@ -357,7 +358,7 @@ func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.
-func (r *BindingReconciler) classToBindings(_ context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) classToBindings(_ context.Context, o client.Object) []reconcile.Request {
 	names := r.Allocator.BindingsOfClass(o.GetNamespace(), o.GetName())
 	out := make([]reconcile.Request, 0, len(names))
 	for _, name := range names {

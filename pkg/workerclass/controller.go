@@ -1,4 +1,4 @@
-package pipeline
+package workerclass
 
 import (
 	"context"
@@ -28,13 +28,17 @@ import (
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
-// WorkerClassReconciler reports a WorkerClass's workers, the load pipelines request of it (the
+// raceRequeue is how soon a status write that lost a race with the cache (a Conflict) looks
+// again.
+const raceRequeue = 100 * time.Millisecond
+
+// Reconciler reports a WorkerClass's workers, the load pipelines request of it (the
 // autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it. The
 // numbers come from the Allocator's counters; the status is written at most about once per
 // StatusInterval while they change, and once more when they settle.
-type WorkerClassReconciler struct {
+type Reconciler struct {
 	client.Client
-	Allocator *Allocator
+	Allocator Loads
 	// StatusInterval is the least time between two status writes of one class that change only
 	// its numbers; default one second.
 	StatusInterval time.Duration
@@ -52,7 +56,7 @@ type WorkerClassReconciler struct {
 
 // SetupWithManager registers the controller and its watches: the class itself, its WorkerSet, its
 // HPA, and the allocator, which says when a class's numbers changed.
-func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Allocator == nil {
 		return errors.New("workerclass controller: no Allocator")
 	}
@@ -83,14 +87,14 @@ func (r *WorkerClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func (r *WorkerClassReconciler) setToClasses(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) setToClasses(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &schedulingv1alpha1.WorkerClassList{}
 	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range list.Items {
-		if workerSetName(&list.Items[i]) == o.GetName() {
+		if schedulingv1alpha1.WorkerSetOf(&list.Items[i]) == o.GetName() {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
@@ -98,7 +102,7 @@ func (r *WorkerClassReconciler) setToClasses(ctx context.Context, o client.Objec
 }
 
 // Reconcile computes one WorkerClass's status.
-func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wc := &schedulingv1alpha1.WorkerClass{}
 	if err := r.Get(ctx, req.NamespacedName, wc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -114,7 +118,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		Conditions:                  append([]metav1.Condition(nil), wc.Status.Conditions...),
 	}
 	set := &appsv1alpha1.WorkerSet{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: workerSetName(wc)}, set)
+	err := r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: schedulingv1alpha1.WorkerSetOf(wc)}, set)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
@@ -160,7 +164,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // its numbers, so a class under a burst of placements is written about once per StatusInterval
 // (and once more when the burst ends) rather than once per placement. A change of a condition or
 // of the generation is written at once.
-func (r *WorkerClassReconciler) debounce(key types.NamespacedName, old, st schedulingv1alpha1.WorkerClassStatus) time.Duration {
+func (r *Reconciler) debounce(key types.NamespacedName, old, st schedulingv1alpha1.WorkerClassStatus) time.Duration {
 	if old.ObservedGeneration != st.ObservedGeneration || !apiequality.Semantic.DeepEqual(old.Conditions, st.Conditions) {
 		return 0
 	}
@@ -182,7 +186,7 @@ func targetUtilization(wc *schedulingv1alpha1.WorkerClass) int32 {
 // workerSetCheck says whether the class's WorkerSet is set up for it, and if not, exactly what is
 // wrong.
 func workerSetCheck(wc *schedulingv1alpha1.WorkerClass, set *appsv1alpha1.WorkerSet) (reason, message string) {
-	name := workerSetName(wc)
+	name := schedulingv1alpha1.WorkerSetOf(wc)
 	switch {
 	case set == nil:
 		return schedulingv1alpha1.ReasonWorkerSetNotFound, fmt.Sprintf("WorkerSet %s does not exist in namespace %s", name, wc.Namespace)
@@ -192,6 +196,16 @@ func workerSetCheck(wc *schedulingv1alpha1.WorkerClass, set *appsv1alpha1.Worker
 		return schedulingv1alpha1.ReasonWrongScheduler, fmt.Sprintf("the Pods of WorkerSet %s use scheduler %q, not %s, so nodes are not chosen by class capacity", name, set.Spec.Template.Spec.SchedulerName, schedulingv1alpha1.SchedulerName)
 	}
 	return schedulingv1alpha1.ReasonWorkerSetFound, fmt.Sprintf("WorkerSet %s runs this class's workers", name)
+}
+
+// Loads gives the numbers of a namespace's classes and says when one of them changed. The Pipeline
+// controller's allocator implements it.
+type Loads interface {
+	// ClassLoads are the numbers of every class of a namespace the allocator knows.
+	ClassLoads(namespace string) map[string]ClassLoad
+	// SetHooks registers the calls the allocator makes when a pipeline should look again (wake)
+	// and when a class's numbers changed (classChanged); a nil hook leaves the registered one.
+	SetHooks(wake func(namespace, pipeline string), classChanged func(namespace, class string))
 }
 
 // ClassLoad is what one WorkerClass has and is asked for.

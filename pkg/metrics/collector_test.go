@@ -1,0 +1,157 @@
+package metrics_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/metrics"
+	"github.com/conveyor-dev/conveyor/pkg/metrics/metricstest"
+	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+)
+
+// TestCollectorFromAllocator feeds an allocator as the informers would and checks every series
+// the Collector serves, then again after deletions.
+func allocClass(name string, capacity int32) *schedulingv1alpha1.WorkerClass {
+	return fixtures.MakeWorkerClass("ns", name).Capacity(capacity).Obj()
+}
+
+func allocPod(class string, ordinal int) *corev1.Pod {
+	return fixtures.ReadyWorkerPod("ns", class, ordinal)
+}
+
+func allocPipeline(name string, load int32, classes ...string) *schedulingv1alpha1.Pipeline {
+	w := fixtures.MakePipeline("ns", name).Load(load)
+	for i, c := range classes {
+		w.Stage(fixtures.StageName(i), c)
+	}
+	pl := w.Obj()
+	pl.UID = types.UID("uid-" + name)
+	return pl
+}
+
+func allocBinding(pipeline, stage, class, pod string, load int32) *schedulingv1alpha1.PipelineBinding {
+	b := fixtures.MakePipelineBinding("ns", pipeline, stage).Class(class).Pod(pod).Load(load).Obj()
+	b.Generation = 1
+	return b
+}
+
+func TestCollectorFromAllocator(t *testing.T) {
+	a := pipeline.NewAllocator(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&metrics.Collector{Allocator: a})
+
+	green := allocClass("green", 10)
+	green.Spec.Autoscaling = &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 4} // blue is not autoscaled
+	a.OnWorkerClass(green, false)
+	a.OnWorkerClass(allocClass("blue", 30), false)
+	for i := range 3 {
+		a.OnPod(allocPod("green", i), false)
+	}
+	notReady := allocPod("green", 2)
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	a.OnPod(notReady, false)
+	a.OnPod(allocPod("blue", 0), false)
+
+	withPhase := func(pl *schedulingv1alpha1.Pipeline, phase schedulingv1alpha1.PipelinePhase) *schedulingv1alpha1.Pipeline {
+		pl.Status.Phase = phase
+		return pl
+	}
+	unschedulable := func(pl *schedulingv1alpha1.Pipeline, reason string) *schedulingv1alpha1.Pipeline {
+		pl.Status.Conditions = append(pl.Status.Conditions, metav1.Condition{Type: schedulingv1alpha1.PipelineSchedulable, Status: metav1.ConditionFalse, Reason: reason})
+		return pl
+	}
+	ready := withPhase(allocPipeline("a", 4, "green", "blue"), schedulingv1alpha1.PipelineReady)
+	ready.Status.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.PipelineSchedulable, Status: metav1.ConditionTrue, Reason: schedulingv1alpha1.ReasonPlaced}}
+	a.OnPipeline(ready, false)
+	a.OnPipeline(unschedulable(withPhase(allocPipeline("b", 6, "green"), schedulingv1alpha1.PipelinePending), schedulingv1alpha1.ReasonInsufficientCapacity), false)
+	a.OnPipeline(unschedulable(withPhase(allocPipeline("c", 12, "green", "blue"), schedulingv1alpha1.PipelinePending), schedulingv1alpha1.ReasonExceedsWorkerCapacity), false) // 12 > a green worker: not requested of green
+	a.OnPipeline(withPhase(allocPipeline("d", 3, "green"), schedulingv1alpha1.PipelineInvalid), false)                                                                         // Invalid: requests nothing
+	a.OnPipeline(allocPipeline("e", 1, "blue"), false)                                                                                                                         // no status yet: Unknown
+
+	withBindingPhase := func(b *schedulingv1alpha1.PipelineBinding, phase schedulingv1alpha1.BindingPhase) *schedulingv1alpha1.PipelineBinding {
+		b.Status.Phase = phase
+		return b
+	}
+	a.OnBinding(withBindingPhase(allocBinding("a", fixtures.StageName(0), "green", "green-0", 4), schedulingv1alpha1.BindingReady), false)
+	a.OnBinding(withBindingPhase(allocBinding("a", fixtures.StageName(1), "blue", "blue-0", 4), schedulingv1alpha1.BindingPending), false)
+	a.OnBinding(allocBinding("e", fixtures.StageName(0), "blue", "blue-0", 1), false) // no status yet: Unknown
+
+	// Another namespace is reported under its own label and does not leak into "ns".
+	other := allocClass("green", 50)
+	other.Namespace = "other"
+	a.OnWorkerClass(other, false)
+
+	class := func(name string) []string { return []string{"workerclass", name, "workerclass_namespace", "ns"} }
+	phase := func(p string) []string { return []string{"pipeline_namespace", "ns", "phase", p} }
+	want := map[string]float64{
+		metricstest.Series("conveyor_workerclass_requested_documents_per_second", class("green")...):                          4 + 6,
+		metricstest.Series("conveyor_workerclass_requested_documents_per_second", class("blue")...):                           4 + 12 + 1,
+		metricstest.Series("conveyor_workerclass_capacity_documents_per_second", class("green")...):                           2 * 10,
+		metricstest.Series("conveyor_workerclass_capacity_documents_per_second", class("blue")...):                            30,
+		metricstest.Series("conveyor_workerclass_workers", class("green")...):                                                 2,
+		metricstest.Series("conveyor_workerclass_workers", class("blue")...):                                                  1,
+		metricstest.Series("conveyor_workerclass_max_capacity_documents_per_second", class("green")...):                       4 * 10,
+		metricstest.Series("conveyor_pipelines", phase("Ready")...):                                                           1,
+		metricstest.Series("conveyor_pipelines", phase("Pending")...):                                                         2,
+		metricstest.Series("conveyor_pipelines", phase("Invalid")...):                                                         1,
+		metricstest.Series("conveyor_pipelines", phase("Unknown")...):                                                         1,
+		metricstest.Series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "InsufficientCapacity"):  1,
+		metricstest.Series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "ExceedsWorkerCapacity"): 1,
+		metricstest.Series("conveyor_pipeline_bindings", phase("Ready")...):                                                   1,
+		metricstest.Series("conveyor_pipeline_bindings", phase("Pending")...):                                                 1,
+		metricstest.Series("conveyor_pipeline_bindings", phase("Unknown")...):                                                 1,
+	}
+	if d := metricstest.Diff(metricstest.Gather(t, reg, "ns"), want); d != "" {
+		t.Errorf("series of ns: %s", d)
+	}
+	otherWant := map[string]float64{
+		metricstest.Series("conveyor_workerclass_requested_documents_per_second", "workerclass", "green", "workerclass_namespace", "other"): 0,
+		metricstest.Series("conveyor_workerclass_capacity_documents_per_second", "workerclass", "green", "workerclass_namespace", "other"):  0,
+		metricstest.Series("conveyor_workerclass_workers", "workerclass", "green", "workerclass_namespace", "other"):                        0,
+	}
+	if d := metricstest.Diff(metricstest.Gather(t, reg, "other"), otherWant); d != "" {
+		t.Errorf("series of other: %s", d)
+	}
+
+	// Deletions: a Pending pipeline, a Ready green worker, the blue class, a binding; a pipeline
+	// changes phase.
+	a.OnPipeline(allocPipeline("b", 6, "green"), true)
+	a.OnPod(allocPod("green", 1), true)
+	a.OnWorkerClass(allocClass("blue", 30), true)
+	a.OnBinding(allocBinding("e", fixtures.StageName(0), "blue", "blue-0", 1), true)
+	a.OnPipeline(withPhase(allocPipeline("e", 1, "blue"), schedulingv1alpha1.PipelinePending), false)
+	want = map[string]float64{
+		metricstest.Series("conveyor_workerclass_requested_documents_per_second", class("green")...):                          4,
+		metricstest.Series("conveyor_workerclass_capacity_documents_per_second", class("green")...):                           10,
+		metricstest.Series("conveyor_workerclass_workers", class("green")...):                                                 1,
+		metricstest.Series("conveyor_workerclass_max_capacity_documents_per_second", class("green")...):                       4 * 10,
+		metricstest.Series("conveyor_pipelines_unschedulable", "pipeline_namespace", "ns", "reason", "ExceedsWorkerCapacity"): 1,
+		metricstest.Series("conveyor_pipelines", phase("Ready")...):                                                           1,
+		metricstest.Series("conveyor_pipelines", phase("Pending")...):                                                         2,
+		metricstest.Series("conveyor_pipelines", phase("Invalid")...):                                                         1,
+		metricstest.Series("conveyor_pipeline_bindings", phase("Ready")...):                                                   1,
+		metricstest.Series("conveyor_pipeline_bindings", phase("Pending")...):                                                 1,
+	}
+	if d := metricstest.Diff(metricstest.Gather(t, reg, "ns"), want); d != "" {
+		t.Errorf("series of ns after deletions: %s", d)
+	}
+
+	// The metrics follow Prometheus' naming conventions.
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if n := testutil.CollectAndCount(&metrics.Collector{Allocator: a}, "conveyor_workerclass_workers"); n != 2 {
+		t.Errorf("%d conveyor_workerclass_workers series, want 2 (green in ns and in other)", n)
+	}
+}
