@@ -3,12 +3,10 @@ package pipeline
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -169,94 +167,6 @@ func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	}, true)
 	if q.Pods["s1"] == "green-0" {
 		t.Fatalf("s1 placed on green-0 with s0's credit: %v", q.Pods)
-	}
-}
-
-// Defect 3, the status side: a new load that does not fit leaves the stages on their old load and
-// says so; observedGeneration does not claim the new spec.
-func TestRespecThatDoesNotFitIsReported(t *testing.T) {
-	pl := allocPipeline("a", 12, "green")
-	pl.Generation, pl.Status.ObservedGeneration, pl.Status.Phase = 2, 1, schedulingv1alpha1.PipelineReady
-	b := allocBinding("a", "s0", "green", "green-0", 6, 1)
-	b.Status.Phase = schedulingv1alpha1.BindingReady
-	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"green": allocClass("green", 20)},
-		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"s0": b}, workers: map[string]Worker{}}
-	s.plan = decide(s)
-	if len(s.plan.place) != 1 || s.plan.place[0].reason != placeRespec {
-		t.Fatalf("plan %+v, want one respec", s.plan)
-	}
-	s.unplaced = &unplaceable{stage: "s0", class: "green", load: 12, maxFree: 10, workers: 1, capacity: 20}
-	st := computePipelineStatus(s)
-	c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
-	if st.Phase != schedulingv1alpha1.PipelineReady || c == nil || c.Reason != schedulingv1alpha1.ReasonInsufficientCapacity ||
-		!strings.Contains(c.Message, "keep their current workers") {
-		t.Fatalf("phase %s, Schedulable %+v", st.Phase, c)
-	}
-	if !specPending(s) {
-		t.Fatal("specPending false: observedGeneration would claim a spec that is not carried out")
-	}
-}
-
-// Defect 4: binding names collide (pipeline a, stage b-c and pipeline a-b, stage c both make
-// a-b-c). The loser is refused with a condition naming the other object, and writes nothing.
-func TestBindingNameTakenIsRefused(t *testing.T) {
-	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
-		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: 1, Workers: map[string]schedulingv1alpha1.PipelineWorker{"b-c": {Class: "green"}}}}
-	other := allocBinding("a-b", "c", "green", "green-0", 1, 1)
-	ctrlTrue := true
-	other.OwnerReferences = []metav1.OwnerReference{{Kind: "Pipeline", Name: "a-b", UID: "uid-a-b", Controller: &ctrlTrue}}
-	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"green": allocClass("green", 10)},
-		bindings: map[string]*schedulingv1alpha1.PipelineBinding{}, foreign: map[string]*schedulingv1alpha1.PipelineBinding{"b-c": other},
-		workers: map[string]Worker{}}
-	s.plan = decide(s)
-	if s.plan.conflict == "" || len(s.plan.place) != 0 {
-		t.Fatalf("plan %+v: want a conflict and nothing to place", s.plan)
-	}
-	st := computePipelineStatus(s)
-	c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
-	if c == nil || c.Reason != schedulingv1alpha1.ReasonBindingNameTaken || !strings.Contains(c.Message, "a-b-c") || !strings.Contains(c.Message, "Pipeline a-b") {
-		t.Fatalf("Schedulable %+v, want BindingNameTaken naming a-b-c and Pipeline a-b", c)
-	}
-}
-
-// Defect 5: a stage whose Pod was replaced under the same name is placed again in one write that
-// changes spec.podUID, never through an unset (whose empty selector made the Service's endpoints
-// flap); and a Ready pipeline is not sent back to Plotted by a binding status that lags.
-func TestRepairIsOneWriteAndPhasesOnlyMoveForward(t *testing.T) {
-	pl := allocPipeline("a", 5, "yellow")
-	pl.Status.Phase = schedulingv1alpha1.PipelineReady
-	b := allocBinding("a", "s0", "yellow", "yellow-0", 5, 1)
-	b.Spec.PodUID = "old"
-	b.Status.Phase = schedulingv1alpha1.BindingReady
-	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{"yellow": allocClass("yellow", 20)},
-		bindings: map[string]*schedulingv1alpha1.PipelineBinding{"s0": b},
-		workers:  map[string]Worker{"yellow-0": {Name: "yellow-0", UID: "new", Ready: true}}}
-	s.plan = decide(s)
-	if len(s.plan.place) != 1 || s.plan.place[0].reason != placeDead || s.plan.place[0].current != "yellow-0" {
-		t.Fatalf("plan %+v, want the dead stage placed again with yellow-0 as its current Pod", s.plan)
-	}
-	if got := computePipelineStatus(s).Phase; got != schedulingv1alpha1.PipelineBroken {
-		t.Fatalf("phase %s, want Broken while the repair is pending", got)
-	}
-	repaired := desiredBinding(pl, "s0", "yellow-0", "new", b)
-	if repaired.Spec.Pod != "yellow-0" || repaired.Spec.PodUID != "new" {
-		t.Fatalf("repair writes %+v, want pod yellow-0 with the new UID in one write", repaired.Spec)
-	}
-
-	for _, tt := range []struct {
-		old, computed schedulingv1alpha1.PipelinePhase
-		changed       bool
-		want          schedulingv1alpha1.PipelinePhase
-	}{
-		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelineReady},
-		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelinePlotted, true, schedulingv1alpha1.PipelinePlotted},
-		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineBroken, false, schedulingv1alpha1.PipelineBroken},
-		{schedulingv1alpha1.PipelineBroken, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
-		{schedulingv1alpha1.PipelinePending, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
-	} {
-		if got := nextPhase(tt.old, tt.computed, tt.changed); got != tt.want {
-			t.Errorf("nextPhase(%s, %s, changed=%v) = %s, want %s", tt.old, tt.computed, tt.changed, got, tt.want)
-		}
 	}
 }
 

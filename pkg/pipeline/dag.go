@@ -19,7 +19,7 @@ func (e *dagError) Error() string { return e.message }
 
 // validateDAG checks that every next names a stage and that the graph has no cycle, and returns the
 // stages in a deterministic topological order (sources first, ties by name).
-func validateDAG(workers map[string]schedulingv1alpha1.PipelineWorker) ([]string, error) {
+func validateDAG(workers map[string]schedulingv1alpha1.PipelineWorker) ([]string, *dagError) {
 	names := make([]string, 0, len(workers))
 	for name := range workers {
 		names = append(names, name)

@@ -120,13 +120,23 @@ func buildRoutes(pl *schedulingv1alpha1.Pipeline, bindings map[string]*schedulin
 	return r
 }
 
+// writeRoutes keeps the routes ConfigMap and records in the outcome what stopped it: an object in
+// the way (reported, and looked at again on a recheck) or a failed write (retried with backoff).
+func (r *Reconciler) writeRoutes(ctx context.Context, s *pipelineScope, o *outcome) {
+	err := r.syncRoutes(ctx, s)
+	var inTheWay *routesInTheWayError
+	switch {
+	case errors.As(err, &inTheWay):
+		o.routesIn = inTheWay.Error()
+	case err != nil:
+		o.errs = append(o.errs, err)
+	}
+}
+
 // syncRoutes keeps the pipeline's routes ConfigMap in line with its stages and bindings. It creates
 // the ConfigMap when missing and patches it only when it differs; a ConfigMap of that name that the
 // Pipeline does not control is left alone and reported with an error wrapping errRoutesInTheWay.
 func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
-	if s.plan.invalid != nil {
-		return nil
-	}
 	doc, err := json.MarshalIndent(buildRoutes(s.pipeline, s.bindings, s.classes, s.pods), "", "  ")
 	if err != nil {
 		return err

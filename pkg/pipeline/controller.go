@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -41,13 +38,15 @@ const (
 	unsettledRecheck = 5 * time.Second
 	// raceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
 	// AlreadyExists, a status written by an older copy) or must write in two rounds looks again.
-	raceRequeue = 100 * time.Millisecond
+	raceRequeue = binding.RaceRequeue
 )
 
 // Reconciler is the Pipeline controller. It validates a Pipeline, places its stages on worker Pods
 // through the Allocator, writes the bindings, repairs DeadEnd stages, moves stages off draining
-// Pods, keeps the routes ConfigMap, and reports the phase. The decisions are the pure functions of
-// decide.go; this file reads the snapshot and writes.
+// Pods, keeps the routes ConfigMap, and reports the phase. One reconcile is one flow: newScope
+// reads the snapshot, decide (decide.go) says what the pipeline asks for, the allocator reserves,
+// planWrites (plan.go) applies the design's rules, apply (apply.go) writes, computeStatus
+// (status.go) derives the status, written once.
 type Reconciler struct {
 	client.Client
 	Recorder                events.EventRecorder
@@ -58,10 +57,9 @@ type Reconciler struct {
 	// whose outcome is unknown (a timeout) at once, instead of waiting for the cache.
 	APIReader client.Reader
 
-	// written remembers the phase this controller last wrote for each pipeline, by UID: a cached
-	// copy that does not show it yet is read again from the API server, so no decision is taken
-	// from an older phase than the controller itself wrote.
-	written sync.Map
+	// statuses remembers the status this controller last wrote for each pipeline, so a
+	// decision is never taken from a cached copy older than it.
+	statuses statusExpectations
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines,verbs=get;list;watch
@@ -139,29 +137,32 @@ func (r *Reconciler) classToPipelines(_ context.Context, o client.Object) []reco
 	return out
 }
 
-// Reconcile places one Pipeline.
+// Reconcile places one Pipeline: read a snapshot, decide, reserve, plan, write, and write the
+// status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pl := &schedulingv1alpha1.Pipeline{}
 	if err := r.Get(ctx, req.NamespacedName, pl); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Allocator.Forget(req.Namespace, req.Name)
+			r.statuses.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("pipeline", klog.KObj(pl))
 	ctx = ctrl.LoggerInto(ctx, log)
 	if pl.DeletionTimestamp != nil {
-		r.written.Delete(pl.UID)
+		r.statuses.forget(req.NamespacedName)
 		return ctrl.Result{}, nil // bindings, Services and routes go with it
 	}
-	if last, ok := r.written.Load(pl.UID); ok && last.(schedulingv1alpha1.PipelinePhase) != pl.Status.Phase && r.APIReader != nil {
+	if r.statuses.behind(pl) && r.APIReader != nil {
+		// The cache does not show the status this controller wrote last: decide from the API
+		// server's copy, never from an older phase than our own.
 		live := &schedulingv1alpha1.Pipeline{}
 		if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		pl = live
 	}
-
 	if !r.Allocator.Synced() {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // the allocator is still reading the start-up lists
 	}
@@ -175,32 +176,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.V(4).Info("Waiting for the cache to show this pipeline's binding writes")
 		return ctrl.Result{RequeueAfter: unsettledRecheck}, nil
 	}
-	s.plan = decide(s)
-	writeErr := r.apply(ctx, s)
-	r.readBoundPods(ctx, s)
-	routesErr := r.syncRoutes(ctx, s)
-	var inTheWay *routesInTheWayError
-	if errors.As(routesErr, &inTheWay) {
-		// Not retried in a loop: reported, and looked at again on the Pending recheck.
-		s.routesProblem, routesErr = inTheWay.Error(), nil
+
+	in := decide(s)
+	a := askFor(s, in)
+	var placement *Placement
+	if len(a.requests) > 0 {
+		// Moves wait for room like any placement: a blocked move is woken when capacity frees,
+		// before its Pod's drain times out.
+		got := r.Allocator.Place(pl, a.requests, true)
+		placement = &got
 	}
-	status := computePipelineStatus(s)
-	if err := r.writeStatus(ctx, s, status, writeErr == nil && routesErr == nil && len(s.writeErrs) == 0 && !s.raced); err != nil {
+	p := planWrites(s, in, a, placement)
+	o := r.apply(ctx, s, p)
+	if in.invalid == nil {
+		r.readBoundPods(ctx, s)
+		r.writeRoutes(ctx, s, &o)
+	}
+	status := computeStatus(s, in, p, o)
+	if err := r.writeStatus(ctx, pl, status); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: raceRequeue}, nil // a newer copy is in the cache: look again
 		}
 		return ctrl.Result{}, err
 	}
-	if err := errors.Join(writeErr, routesErr); err != nil {
+	return requeue(status, p, o)
+}
+
+// requeue says when to look again. A write the API server refused is an error, so the
+// controller's rate limiter backs off (a quota or a webhook denial does not clear in 100 ms); a
+// race with the cache looks again soon; a pipeline waiting for room is woken by the allocator, with
+// a recheck as a safety net.
+func requeue(status schedulingv1alpha1.PipelineStatus, p writePlan, o outcome) (ctrl.Result, error) {
+	var errs []error
+	for _, f := range o.failed {
+		errs = append(errs, fmt.Errorf("stage %s: %w", f.stage, f.err))
+	}
+	if err := errors.Join(append(errs, o.errs...)...); err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.raced || len(s.writeErrs) > 0 || s.repairNext {
-		return ctrl.Result{RequeueAfter: raceRequeue}, nil // with the controller's backoff
-	}
-	if s.routesProblem != "" {
+	switch {
+	case o.raced || p.repairFirst:
+		return ctrl.Result{RequeueAfter: raceRequeue}, nil
+	case o.routesIn != "":
 		return ctrl.Result{RequeueAfter: binding.InTheWayRecheck}, nil
-	}
-	if s.unplaced != nil || s.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending {
+	case p.unplaced != nil || p.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending:
 		return ctrl.Result{RequeueAfter: pendingRecheck}, nil
 	}
 	return ctrl.Result{}, nil
@@ -322,221 +341,17 @@ func stageClasses(pl *schedulingv1alpha1.Pipeline) []string {
 	return out
 }
 
-// apply carries out the plan: releases, deletes, then placement through the allocator and the
-// binding writes, which go out concurrently.
-func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
-	pl, p := s.pipeline, s.plan
-	switch {
-	case p.conflict != "":
-		r.Recorder.Eventf(pl, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingNameTaken, "Place", "%s", p.conflict)
-		return nil
-	case len(p.release) > 0:
-		r.releaseStages(ctx, s, p.release)
-		return nil
-	}
-	if err := r.deleteStale(ctx, s); err != nil {
-		return err
-	}
-	if len(p.place) == 0 {
-		return nil
-	}
-	if len(p.dead) > 0 && pl.Status.Phase != schedulingv1alpha1.PipelineBroken && established(pl) {
-		// A lost worker shows as Broken before the repair is written: the status write goes
-		// first, the placement follows at once in the next round.
-		s.repairNext = true
-		return nil
-	}
-	requests := make([]StageRequest, 0, len(p.place))
-	for _, sp := range p.place {
-		requests = append(requests, StageRequest{Stage: sp.stage, Binding: schedulingv1alpha1.BindingName(pl.Name, sp.stage), Class: sp.class,
-			Load: int64(pl.Spec.DocumentsPerSecond), Current: sp.current})
-	}
-	moves := onlyMoves(p.place)
-	placement := r.Allocator.Place(pl, requests, !moves)
-	if placement.Unplaced != nil {
-		if moves {
-			s.moveBlocked = placement.Unplaced // the stages keep their draining Pods until there is room
-			return nil
-		}
-		s.unplaced = placement.Unplaced
-		if !established(pl) {
-			// All or nothing: a pipeline never placed in full holds nothing while it waits, so
-			// two half-placed pipelines can never block each other.
-			r.releaseStages(ctx, s, heldStages(s))
-		} else if dead := deadHeld(s, p.dead); len(dead) < len(heldStages(s)) {
-			// A dead stage that finds no room is unset while it waits (design.md §4.1): its
-			// binding must not go on naming a gone Pod, whose name a replacement may take. (When
-			// every stage is dead, unsetting them all would make the pipeline Pending again, a
-			// phase backwards; those keep their bindings until there is room.)
-			r.releaseStages(ctx, s, dead)
-		}
-		return nil
-	}
-	r.Allocator.Forget(pl.Namespace, pl.Name)
-	writes := make([]bindingWrite, 0, len(p.place))
-	for i, sp := range p.place {
-		b := desiredBinding(pl, sp.stage, placement.Pods[sp.stage], placement.UIDs[sp.stage], s.bindings[sp.stage])
-		writes = append(writes, bindingWrite{stage: sp.stage, obj: b, res: placement.Reservations[i]})
-	}
-	r.writeBindings(ctx, s, writes)
-	if !established(pl) && (len(s.writeErrs) > 0 || s.raced) {
-		// Some writes of a first placement failed: take back the ones that went through, so the
-		// pipeline does not hold part of its workers while it retries.
-		r.releaseStages(ctx, s, heldStages(s))
-	}
-	return nil
-}
-
-// established says the pipeline was placed in full before: Plotted, Ready or Broken. Its healthy
-// stages keep their workers while others are placed again; a pipeline that is not established
-// holds all of its workers or none.
-func established(pl *schedulingv1alpha1.Pipeline) bool {
-	switch pl.Status.Phase {
-	case schedulingv1alpha1.PipelinePlotted, schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineBroken:
-		return true
-	}
-	return false
-}
-
-// deadHeld are the dead stages whose bindings still name a Pod.
-func deadHeld(s *pipelineScope, dead []string) []string {
-	var out []string
-	for _, name := range dead {
-		if b := s.bindings[name]; b != nil && b.Spec.Pod != "" {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-// releaseStages unsets the bindings of the given stages: they let go of their Pods.
-func (r *Reconciler) releaseStages(ctx context.Context, s *pipelineScope, stages []string) {
-	if len(stages) == 0 {
-		return
-	}
-	writes := make([]bindingWrite, 0, len(stages))
-	for _, name := range stages {
-		b := s.bindings[name].DeepCopy()
-		b.Spec.Pod, b.Spec.PodUID = "", ""
-		writes = append(writes, bindingWrite{stage: name, obj: b, res: r.Allocator.Release(s.bindings[name], false)})
-	}
-	r.writeBindings(ctx, s, writes)
-}
-
-// resolveUnknown reads a binding from the API server after a write whose outcome is unknown: if
-// the binding holds what the write wanted, the write applied (nil, with the object's generation in
-// w.obj); otherwise it did not (a Conflict, so the reservation is released). If the read fails too,
-// the outcome stays unknown and the original error is kept.
-func (r *Reconciler) resolveUnknown(ctx context.Context, w *bindingWrite) error {
-	if r.APIReader == nil {
-		return w.err
-	}
-	live := &schedulingv1alpha1.PipelineBinding{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.obj), live)
-	switch {
-	case apierrors.IsNotFound(err):
-		return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-			fmt.Errorf("the write did not apply: %w", w.err))
-	case err != nil:
-		return w.err
-	case apiequality.Semantic.DeepEqual(live.Spec, w.obj.Spec):
-		w.obj = live
-		return nil
-	}
-	return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-		fmt.Errorf("the write did not apply: %w", w.err))
-}
-
-type bindingWrite struct {
-	stage string
-	obj   *schedulingv1alpha1.PipelineBinding
-	res   *Reservation
-	err   error
-}
-
-// writeBindings creates or updates the bindings concurrently and reports every outcome to the
-// allocator. Failures are kept by stage for the status, each classified on its own.
-func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes []bindingWrite) {
-	var wg sync.WaitGroup
-	for i := range writes {
-		w := &writes[i]
-		wg.Go(func() {
-			if w.obj.ResourceVersion == "" {
-				if w.err = controllerutil.SetControllerReference(s.pipeline, w.obj, r.Scheme()); w.err == nil {
-					w.err = r.Create(ctx, w.obj)
-				}
-			} else {
-				w.err = r.Update(ctx, w.obj)
-			}
-			if w.err != nil && !writeNotApplied(w.err) {
-				w.err = r.resolveUnknown(ctx, w)
-			}
-			r.Allocator.Settle(w.res, w.obj.Generation, w.obj.UID, w.err)
-		})
-	}
-	wg.Wait()
-	for _, w := range writes {
-		switch {
-		case w.err == nil:
-			s.bindings[w.stage] = w.obj
-			s.written = true
-			if s.rewritten == nil {
-				s.rewritten = map[string]bool{}
-			}
-			s.rewritten[w.stage] = true
-			ctrl.LoggerFrom(ctx).V(2).Info("Bound stage", "stage", w.stage, "pod", w.obj.Spec.Pod)
-		case apierrors.IsConflict(w.err) || apierrors.IsAlreadyExists(w.err):
-			// The cache was behind the API server: the next round reads the newer binding.
-			ctrl.LoggerFrom(ctx).V(4).Info("Binding write raced with the cache", "stage", w.stage, "err", w.err)
-			s.raced = true
-		default:
-			r.Recorder.Eventf(s.pipeline, w.obj, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingWriteFailed, "Place",
-				"stage %s: write PipelineBinding %s: %v", w.stage, w.obj.Name, w.err)
-			s.writeErrs = append(s.writeErrs, stageError{stage: w.stage, err: w.err})
-		}
-	}
-}
-
-func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope) error {
-	var errs []error
-	for _, name := range s.plan.stale {
-		b := s.bindings[name]
-		res := r.Allocator.Release(b, true)
-		err := r.Delete(ctx, b)
-		if apierrors.IsNotFound(err) {
-			err = nil
-		}
-		r.Allocator.Settle(res, b.Generation+1, b.UID, err)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("delete binding %s: %w", b.Name, err))
-			continue
-		}
-		delete(s.bindings, name)
-	}
-	return errors.Join(errs...)
-}
-
-// writeStatus writes the status once if it changed; observedGeneration moves only on success.
-// Events go only to the transitions a user acts on.
-func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st schedulingv1alpha1.PipelineStatus, success bool) error {
-	pl := s.pipeline
-	if success && !specPending(s) {
-		st.ObservedGeneration = pl.Generation
-	}
+// writeStatus writes the status once if it changed. Events go only to the transitions a user acts
+// on.
+func (r *Reconciler) writeStatus(ctx context.Context, pl *schedulingv1alpha1.Pipeline, st schedulingv1alpha1.PipelineStatus) error {
 	old := pl.Status.DeepCopy()
 	if wrote, err := conveyorstatus.Patch(ctx, r.Client, pl, &pl.Status, st); err != nil || !wrote {
 		return err
 	}
-	r.written.Store(pl.UID, st.Phase)
+	r.statuses.wrote(pl)
 	r.Allocator.OnPipeline(pl, false) // an Invalid pipeline stops counting at once
 	r.recordTransition(ctx, pl, old, &st)
 	return nil
-}
-
-// specPending says the pipeline's spec is not carried out yet: a changed load or class that does
-// not fit keeps the stages on their old bindings, so the status does not claim the new generation.
-func specPending(s *pipelineScope) bool {
-	return s.unplaced != nil && respecOnly(s.plan.place)
 }
 
 // recordTransition records an Event for the phase changes a user acts on, and logs every change.

@@ -1,0 +1,197 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+)
+
+// apply.go is the only writer of a Pipeline's bindings. It carries out a writePlan, reports every
+// write's outcome to the allocator (Settle), and returns what happened; it decides nothing.
+
+// stageError is a failed write of one stage's binding.
+type stageError struct {
+	stage string
+	err   error
+}
+
+// outcome is what the writes of one reconcile did.
+type outcome struct {
+	written  map[string]bool // stages whose binding writes applied this round
+	raced    bool            // a write found the cache behind (Conflict, AlreadyExists): look again
+	failed   []stageError    // writes the API server refused, by stage
+	errs     []error         // deletes and routes writes that failed
+	routesIn string          // the routes ConfigMap cannot be written: an object is in the way
+}
+
+// ok says every write applied.
+func (o *outcome) ok() bool { return !o.raced && len(o.failed) == 0 && len(o.errs) == 0 }
+
+// apply writes the plan: deletes the stale bindings, unsets, then binds; a failed first placement
+// is rolled back when the plan says so.
+func (r *Reconciler) apply(ctx context.Context, s *pipelineScope, p writePlan) outcome {
+	o := outcome{written: map[string]bool{}}
+	if p.conflict != "" {
+		r.Recorder.Eventf(s.pipeline, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingNameTaken, "Place", "%s", p.conflict)
+		return o
+	}
+	r.deleteStale(ctx, s, p.remove, &o)
+	r.unset(ctx, s, p.unset, &o)
+	if len(p.bind) == 0 {
+		return o
+	}
+	r.Allocator.Forget(s.pipeline.Namespace, s.pipeline.Name)
+	writes := make([]bindingWrite, 0, len(p.bind))
+	for _, sb := range p.bind {
+		b := desiredBinding(s.pipeline, sb.stage, sb.pod, sb.uid, s.bindings[sb.stage])
+		writes = append(writes, bindingWrite{stage: sb.stage, obj: b, res: sb.res})
+	}
+	r.writeBindings(ctx, s, writes, &o)
+	if p.rollback && (o.raced || len(o.failed) > 0) {
+		r.unset(ctx, s, heldStages(s), &o)
+	}
+	return o
+}
+
+// unset writes the bindings of the given stages without a Pod: they let go of their workers.
+func (r *Reconciler) unset(ctx context.Context, s *pipelineScope, stages []string, o *outcome) {
+	if len(stages) == 0 {
+		return
+	}
+	writes := make([]bindingWrite, 0, len(stages))
+	for _, name := range stages {
+		b := s.bindings[name].DeepCopy()
+		b.Spec.Pod, b.Spec.PodUID = "", ""
+		writes = append(writes, bindingWrite{stage: name, obj: b, res: r.Allocator.Release(s.bindings[name], false)})
+	}
+	r.writeBindings(ctx, s, writes, o)
+}
+
+// desiredBinding is the binding of a stage on a Pod, built on the existing one if any.
+func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, uid types.UID, existing *schedulingv1alpha1.PipelineBinding) *schedulingv1alpha1.PipelineBinding {
+	b := &schedulingv1alpha1.PipelineBinding{}
+	if existing != nil {
+		b = existing.DeepCopy()
+	} else {
+		b.Name = schedulingv1alpha1.BindingName(pl.Name, stageName)
+		b.Namespace = pl.Namespace
+	}
+	if b.Labels == nil {
+		b.Labels = map[string]string{}
+	}
+	b.Labels[schedulingv1alpha1.PipelineLabel] = pl.Name
+	b.Labels[schedulingv1alpha1.StageLabel] = stageName
+	b.Spec = schedulingv1alpha1.PipelineBindingSpec{
+		Pipeline:           pl.Name,
+		Stage:              stageName,
+		Class:              pl.Spec.Workers[stageName].Class,
+		Pod:                pod,
+		PodUID:             uid,
+		DocumentsPerSecond: pl.Spec.DocumentsPerSecond,
+	}
+	return b
+}
+
+type bindingWrite struct {
+	stage string
+	obj   *schedulingv1alpha1.PipelineBinding
+	res   *Reservation
+	err   error
+}
+
+// writeBindings creates or updates the bindings concurrently and reports every outcome to the
+// allocator. A write that applied replaces the stage's binding in the snapshot; failures are kept
+// by stage, each classified on its own.
+func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes []bindingWrite, o *outcome) {
+	var wg sync.WaitGroup
+	for i := range writes {
+		w := &writes[i]
+		wg.Go(func() {
+			if w.obj.ResourceVersion == "" {
+				if w.err = controllerutil.SetControllerReference(s.pipeline, w.obj, r.Scheme()); w.err == nil {
+					w.err = r.Create(ctx, w.obj)
+				}
+			} else {
+				w.err = r.Update(ctx, w.obj)
+			}
+			if w.err != nil && !writeNotApplied(w.err) {
+				w.err = r.resolveUnknown(ctx, w)
+			}
+			r.Allocator.Settle(w.res, w.obj.Generation, w.obj.UID, w.err)
+		})
+	}
+	wg.Wait()
+	for _, w := range writes {
+		switch {
+		case w.err == nil:
+			s.bindings[w.stage] = w.obj
+			o.written[w.stage] = true
+			ctrl.LoggerFrom(ctx).V(2).Info("Bound stage", "stage", w.stage, "pod", w.obj.Spec.Pod)
+		case apierrors.IsConflict(w.err) || apierrors.IsAlreadyExists(w.err):
+			// The cache was behind the API server: the next round reads the newer binding.
+			ctrl.LoggerFrom(ctx).V(4).Info("Binding write raced with the cache", "stage", w.stage, "err", w.err)
+			o.raced = true
+		default:
+			r.Recorder.Eventf(s.pipeline, w.obj, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingWriteFailed, "Place",
+				"stage %s: write PipelineBinding %s: %v", w.stage, w.obj.Name, w.err)
+			o.failed = append(o.failed, stageError{stage: w.stage, err: w.err})
+		}
+	}
+}
+
+// resolveUnknown reads a binding from the API server after a write whose outcome is unknown: if
+// the binding holds what the write wanted, the write applied (nil, with the object's generation in
+// w.obj); otherwise it did not (a Conflict, so the reservation is released). If the read fails too,
+// the outcome stays unknown and the original error is kept.
+func (r *Reconciler) resolveUnknown(ctx context.Context, w *bindingWrite) error {
+	if r.APIReader == nil {
+		return w.err
+	}
+	live := &schedulingv1alpha1.PipelineBinding{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.obj), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
+			fmt.Errorf("the write did not apply: %w", w.err))
+	case err != nil:
+		return w.err
+	case apiequality.Semantic.DeepEqual(live.Spec, w.obj.Spec):
+		w.obj = live
+		return nil
+	}
+	return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
+		fmt.Errorf("the write did not apply: %w", w.err))
+}
+
+// deleteStale deletes the bindings of stages no longer in the spec.
+func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope, stages []string, o *outcome) {
+	var errs []error
+	for _, name := range stages {
+		b := s.bindings[name]
+		res := r.Allocator.Release(b, true)
+		err := r.Delete(ctx, b)
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		r.Allocator.Settle(res, b.Generation+1, b.UID, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete binding %s: %w", b.Name, err))
+			continue
+		}
+		delete(s.bindings, name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		o.errs = append(o.errs, err)
+	}
+}

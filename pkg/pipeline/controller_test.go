@@ -1,0 +1,258 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
+	"github.com/conveyor-dev/conveyor/test/testenv"
+)
+
+// harness runs the real Reconciler and Allocator on a fake API server whose objects the allocator
+// is fed by hand, as its informers would.
+type harness struct {
+	t     *testing.T
+	c     client.WithWatch
+	alloc *Allocator
+	r     *Reconciler
+	woken []string
+}
+
+func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *harness {
+	t.Helper()
+	h := &harness{t: t, alloc: NewAllocator(nil)}
+	if funcs.Update == nil {
+		funcs.Update = bumpGeneration
+	}
+	h.c = interceptor.NewClient(fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}).Build(), funcs)
+	h.alloc.SetHooks(func(_, name string) { h.woken = append(h.woken, name) }, nil)
+	h.r = &Reconciler{Client: h.c, APIReader: h.c, Recorder: events.NewFakeRecorder(100), Allocator: h.alloc}
+	for _, o := range objs {
+		h.feed(o)
+	}
+	return h
+}
+
+// feed hands an object to the allocator as its informer would.
+func (h *harness) feed(o client.Object) {
+	switch o := o.(type) {
+	case *schedulingv1alpha1.WorkerClass:
+		h.alloc.OnWorkerClass(o, false)
+	case *schedulingv1alpha1.Pipeline:
+		h.alloc.OnPipeline(o, false)
+	case *schedulingv1alpha1.PipelineBinding:
+		h.alloc.OnBinding(o, false)
+	case *corev1.Pod:
+		h.feedPod(o)
+	}
+}
+
+func (h *harness) feedPod(pod *corev1.Pod) { h.alloc.OnPod(pod, false) }
+
+func (h *harness) reconcile(name string) (ctrl.Result, error) {
+	return h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tableNS, Name: name}})
+}
+
+func (h *harness) pipeline(name string) *schedulingv1alpha1.Pipeline {
+	h.t.Helper()
+	pl := &schedulingv1alpha1.Pipeline{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: name}, pl); err != nil {
+		h.t.Fatal(err)
+	}
+	return pl
+}
+
+// A binding write the API server refuses (a quota, a webhook) is returned as an error, so the
+// controller's rate limiter backs off, instead of a 100 ms requeue that resets the backoff and
+// retries about 30 times a second forever.
+func TestReconcileBacksOffRefusedBindingWrites(t *testing.T) {
+	refused := apierrors.NewForbidden(schema.GroupResource{Group: schedulingv1alpha1.GroupVersion.Group, Resource: "pipelinebindings"}, "a-first",
+		errString("exceeded quota: pipelinebindings"))
+	creates := 0
+	h := newHarness(t, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*schedulingv1alpha1.PipelineBinding); ok {
+			creates++
+			return refused
+		}
+		return c.Create(ctx, obj, opts...)
+	}}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0),
+		pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue")))
+
+	for range 3 {
+		res, err := h.reconcile("a")
+		if err == nil || res.RequeueAfter != 0 {
+			t.Fatalf("reconcile = %+v, %v: want the refusal as an error (rate-limited), no fixed requeue", res, err)
+		}
+	}
+	if creates != 3 {
+		t.Errorf("%d creates, want one per reconcile", creates)
+	}
+	c := meta.FindStatusCondition(h.pipeline("a").Status.Conditions, schedulingv1alpha1.PipelineSchedulable)
+	if c == nil || c.Reason != schedulingv1alpha1.ReasonBindingWriteFailed {
+		t.Errorf("Schedulable %+v, want BindingWriteFailed", c)
+	}
+	if w := h.alloc.Workers(tableNS, "blue"); len(w) != 1 || w[0].Allocated != 0 {
+		t.Errorf("workers %+v: a refused write must hold nothing", w)
+	}
+}
+
+// A move off a draining worker that finds no room waits like any placement: freed capacity wakes
+// the pipeline, instead of the 60 s recheck that lets the drain time out first.
+func TestBlockedMoveIsWokenWhenRoomAppears(t *testing.T) {
+	pl := pipelineIn(schedulingv1alpha1.PipelineReady, 1, 1, fixtures.MakePipeline(tableNS, "a").Load(10).Chain("green"))
+	draining := fixtures.ReadyWorkerPod(tableNS, "green", 0)
+	draining.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
+	b := fixtures.MakePipelineBinding(tableNS, "a", "first").Class("green").Load(10).Pod("green-0").Phase(schedulingv1alpha1.BindingReady).Obj()
+	b.Labels = map[string]string{schedulingv1alpha1.PipelineLabel: "a", schedulingv1alpha1.StageLabel: "first"}
+	b.OwnerReferences = []metav1.OwnerReference{metaOwner("a")}
+	b.Spec.PodUID = draining.UID
+	b.Generation, b.Status.ObservedGeneration = 1, 1
+	h := newHarness(t, interceptor.Funcs{}, class("green", 10), draining, pl, b)
+
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(h.pipeline("a").Status.Conditions, schedulingv1alpha1.PipelineSchedulable)
+	if c == nil || c.Reason != schedulingv1alpha1.ReasonInsufficientCapacity {
+		t.Fatalf("Schedulable %+v, want InsufficientCapacity for the blocked move", c)
+	}
+	h.woken = nil
+	h.feedPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
+	if len(h.woken) != 1 || h.woken[0] != "a" {
+		t.Fatalf("woken %v after a green worker became Ready, want [a]", h.woken)
+	}
+}
+
+// boundStage is the binding of a pipeline's stage on a Pod, written by the controller, in phase.
+func boundStage(pl *schedulingv1alpha1.Pipeline, stage string, pod *corev1.Pod, phase schedulingv1alpha1.BindingPhase) *schedulingv1alpha1.PipelineBinding {
+	b := fixtures.MakePipelineBinding(tableNS, pl.Name, stage).Class(pl.Spec.Workers[stage].Class).Load(pl.Spec.DocumentsPerSecond).
+		Pod(pod.Name).Phase(phase).Obj()
+	b.Labels = map[string]string{schedulingv1alpha1.PipelineLabel: pl.Name, schedulingv1alpha1.StageLabel: stage}
+	b.OwnerReferences = []metav1.OwnerReference{metaOwner(pl.Name)}
+	b.Spec.PodUID = pod.UID
+	b.Generation, b.Status.ObservedGeneration = 1, 1
+	return b
+}
+
+func (h *harness) binding(name string) *schedulingv1alpha1.PipelineBinding {
+	h.t.Helper()
+	b := &schedulingv1alpha1.PipelineBinding{}
+	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: name}, b); err != nil {
+		h.t.Fatal(err)
+	}
+	return b
+}
+
+// A typo in a Ready pipeline's load (or a class's capacity) that no worker can ever carry keeps
+// the stages on their workers, as a new load that does not fit yet does: it does not unset every
+// stage of a running pipeline at once.
+func TestLoadThatCanNeverFitKeepsAnEstablishedPipelinesWorkers(t *testing.T) {
+	green0 := fixtures.ReadyWorkerPod(tableNS, "green", 0)
+	pl := pipelineIn(schedulingv1alpha1.PipelineReady, 1, 1, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("green"))
+	b := boundStage(pl, "first", green0, schedulingv1alpha1.BindingReady)
+	pl.Spec.DocumentsPerSecond, pl.Generation = 11, 2 // one green worker handles 10
+	h := newHarness(t, interceptor.Funcs{}, class("green", 10), green0, pl, b)
+
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.binding("a-first"); got.Spec.Pod != "green-0" || got.Spec.DocumentsPerSecond != 5 {
+		t.Errorf("binding %+v, want it kept on green-0 with its old load", got.Spec)
+	}
+	st := h.pipeline("a").Status
+	c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
+	if st.Phase != schedulingv1alpha1.PipelineReady || c == nil || c.Reason != schedulingv1alpha1.ReasonExceedsWorkerCapacity || st.ObservedGeneration != 1 {
+		t.Errorf("phase %s, Schedulable %+v, observedGeneration %d: want Ready, ExceedsWorkerCapacity, 1", st.Phase, c, st.ObservedGeneration)
+	}
+}
+
+// Design §4.1: a pipeline whose every stage lost its worker, with no room anywhere, unsets every
+// stage (no binding keeps naming a Pod that is gone) and stays Broken: it never goes back to Pending.
+func TestEveryStageLostStaysBrokenWithEveryStageUnset(t *testing.T) {
+	green0 := fixtures.ReadyWorkerPod(tableNS, "green", 0)
+	pl := pipelineIn(schedulingv1alpha1.PipelineBroken, 1, 1, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("green"))
+	b := boundStage(pl, "first", green0, schedulingv1alpha1.BindingDeadEnd)
+	h := newHarness(t, interceptor.Funcs{}, class("green", 10), pl, b) // green-0 is gone, no other worker
+
+	for round := range 3 {
+		res, err := h.reconcile("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.binding("a-first"); got.Spec.Pod != "" {
+			t.Fatalf("round %d: binding still names %s, want it unset while it waits", round, got.Spec.Pod)
+		}
+		h.feed(h.binding("a-first"))
+		st := h.pipeline("a").Status
+		c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
+		if st.Phase != schedulingv1alpha1.PipelineBroken || c == nil || c.Status != metav1.ConditionFalse || res.RequeueAfter == 0 {
+			t.Fatalf("round %d: phase %s, Schedulable %+v, requeue %v: want Broken, False, a recheck", round, st.Phase, c, res.RequeueAfter)
+		}
+	}
+	// Room appears: the pipeline is placed again in full.
+	h.feedPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.binding("a-first"); got.Spec.Pod != "green-1" {
+		t.Fatalf("binding on %q, want green-1 once it is Ready", got.Spec.Pod)
+
+	}
+	if st := h.pipeline("a").Status; st.Phase != schedulingv1alpha1.PipelinePlotted {
+		t.Fatalf("phase %s, want Plotted", st.Phase)
+	}
+}
+
+// The status this controller remembers writing goes with its Pipeline: the map holds at most the
+// Pipelines that exist.
+func TestStatusExpectationsGoWithThePipeline(t *testing.T) {
+	pl := pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue"))
+	h := newHarness(t, interceptor.Funcs{}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0), pl)
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	if h.r.statuses.len() != 1 {
+		t.Fatalf("%d remembered statuses after a status write, want 1", h.r.statuses.len())
+	}
+	if err := h.c.Delete(context.Background(), h.pipeline("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.r.statuses.len(); n != 0 {
+		t.Fatalf("%d remembered statuses after the Pipeline is gone, want 0", n)
+	}
+}
+
+// bumpGeneration does what the API server does on an update of a binding's spec, and the fake
+// client does not: it raises metadata.generation.
+func bumpGeneration(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+	if b, ok := obj.(*schedulingv1alpha1.PipelineBinding); ok {
+		cur := &schedulingv1alpha1.PipelineBinding{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(b), cur); err == nil && !equality.Semantic.DeepEqual(cur.Spec, b.Spec) {
+			b.Generation = cur.Generation + 1
+		}
+	}
+	return c.Update(ctx, obj, opts...)
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
