@@ -1,4 +1,4 @@
-// Command chaos is the long "chaos under load" run of issue 12 (the short one is the end-to-end
+// Command chaos is the long "chaos under load" run (the short one is the end-to-end
 // test test/e2e/chaos): on a fresh local kwok cluster (test/cluster: a real control plane with the
 // EndpointSlice controller, the scheduler and simulated nodes whose Pods kwok marks Ready) it runs
 // every Conveyor controller in this process (operator.Setup, with the binary's default

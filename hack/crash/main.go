@@ -1,4 +1,4 @@
-// Command crash runs the kill -9 and leader-failover suites of issue 12 (test/crash) at length,
+// Command crash runs the kill -9 and leader-failover suites (test/crash) at length,
 // for the figures of docs/reliability.md. It starts a local kwok cluster (test/cluster) with an
 // audit policy on the operator's writes, installs the CRDs, builds cmd/operator into a temporary
 // directory, and then:

@@ -1,7 +1,7 @@
 // Command crdpatch finishes the WorkerSet CRD after controller-gen: it bounds the embedded
 // volumeClaimTemplate fields that the CEL transition rules compare (so the apiserver's cost
 // estimate fits its budget), and drops the upstream field descriptions of the embedded Pod template
-// and claim templates, which would otherwise make up most of a 670 KB CRD. Conveyor's own fields
+// and claim templates, which would otherwise make up most of the CRD. Conveyor's own fields
 // keep their descriptions, so `kubectl explain` stays useful where it matters.
 //
 // Usage: crdpatch <workerset CRD file>

@@ -1,4 +1,4 @@
-// Package chaos is the "chaos under load" run of issue 12, shared by the end-to-end test
+// Package chaos is the "chaos under load" run, shared by the end-to-end test
 // (test/e2e/chaos, short) and the program hack/chaos (long, with its figures in
 // docs/reliability.md, "Chaos under load"): a namespace of Pipelines, all Ready, whose worker Pods are deleted
 // at random, one every Interval, while a Monitor checks on every watch event that no worker is

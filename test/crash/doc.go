@@ -1,5 +1,5 @@
 // Package crash kills the operator and checks what it leaves behind: the kill -9 and leader-failover
-// suites of issue 12. It runs the operator binary as a child process against a local cluster
+// suites. It runs the operator binary as a child process against a local cluster
 // (test/cluster), SIGKILLs it (or SIGSTOPs it) at seeded random moments while it scales, rolls,
 // drains and places, and watches every event of the objects it writes to check, on every event:
 //   - no ordinal of a WorkerSet ever has two Pods at once;

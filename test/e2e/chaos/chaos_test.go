@@ -1,4 +1,4 @@
-// Package chaos is the end-to-end "chaos under load" test of issue 12 on a local cluster of its
+// Package chaos is the end-to-end "chaos under load" test on a local cluster of its
 // own (test/cluster, no client-side or apiserver rate limits, so 600 Services' EndpointSlices keep
 // up): 200 Pipelines Ready, then a random worker Pod deleted every second for a minute while a
 // watch checks every event, then every pipeline Ready again (see test/chaos). The long run with

@@ -1,4 +1,4 @@
-// Package crash is the kill -9 and leader-failover suite of issue 12 (see test/crash): the
+// Package crash is the kill -9 and leader-failover suite (see test/crash): the
 // operator binary runs as a child process on a local kwok cluster and is SIGKILLed at seeded
 // random moments, or fails over between two replicas, while a watch checks every event.
 //

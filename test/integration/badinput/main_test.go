@@ -1,4 +1,4 @@
-// Package badinput is the "bad input" suite of issue 12: one table of every kind of invalid object a
+// Package badinput is the "bad input" suite: one table of every kind of invalid object a
 // user can write for WorkerSet, WorkerClass, Pipeline and PipelineBinding, sent to a real
 // kube-apiserver (envtest) with the whole operator running (operator.Setup, as cmd/operator wires
 // it). Each object is either rejected at admission, with the exact field and message, or admitted
