@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -52,12 +51,7 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope, p writePlan) o
 		return o
 	}
 	r.Allocator.Forget(s.pipeline.Namespace, s.pipeline.Name)
-	writes := make([]bindingWrite, 0, len(p.bind))
-	for _, sb := range p.bind {
-		b := desiredBinding(s.pipeline, sb.stage, sb.pod, sb.uid, s.bindings[sb.stage])
-		writes = append(writes, bindingWrite{stage: sb.stage, obj: b, res: sb.res})
-	}
-	r.writeBindings(ctx, s, writes, &o)
+	r.writeBindings(ctx, s, p.bind, &o)
 	if p.rollback && (o.raced || len(o.failed) > 0) {
 		r.unset(ctx, s, heldStages(s), &o)
 	}
@@ -78,31 +72,8 @@ func (r *Reconciler) unset(ctx context.Context, s *pipelineScope, stages []strin
 	r.writeBindings(ctx, s, writes, o)
 }
 
-// desiredBinding is the binding of a stage on a Pod, built on the existing one if any.
-func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, uid types.UID, existing *schedulingv1alpha1.PipelineBinding) *schedulingv1alpha1.PipelineBinding {
-	b := &schedulingv1alpha1.PipelineBinding{}
-	if existing != nil {
-		b = existing.DeepCopy()
-	} else {
-		b.Name = schedulingv1alpha1.BindingName(pl.Name, stageName)
-		b.Namespace = pl.Namespace
-	}
-	if b.Labels == nil {
-		b.Labels = map[string]string{}
-	}
-	b.Labels[schedulingv1alpha1.PipelineLabel] = pl.Name
-	b.Labels[schedulingv1alpha1.StageLabel] = stageName
-	b.Spec = schedulingv1alpha1.PipelineBindingSpec{
-		Pipeline:           pl.Name,
-		Stage:              stageName,
-		Class:              pl.Spec.Workers[stageName].Class,
-		Pod:                pod,
-		PodUID:             uid,
-		DocumentsPerSecond: pl.Spec.DocumentsPerSecond,
-	}
-	return b
-}
-
+// bindingWrite is one binding to create or update, with the reservation it carries, and how the
+// write went.
 type bindingWrite struct {
 	stage string
 	obj   *schedulingv1alpha1.PipelineBinding

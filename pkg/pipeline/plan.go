@@ -38,19 +38,11 @@ func askFor(s *pipelineScope, in intent) ask {
 	return ask{requests: reqs}
 }
 
-// stageBind is a stage placed on a Pod this round, with the reservation its write carries.
-type stageBind struct {
-	stage string
-	pod   string
-	uid   types.UID
-	res   *Reservation
-}
-
 // writePlan is what apply writes, and what the status reports of the placement.
 type writePlan struct {
-	remove []string    // stages no longer in the spec: delete their bindings
-	unset  []string    // stages whose bindings let go of their Pods
-	bind   []stageBind // stages placed on a Pod this round
+	remove []string       // stages no longer in the spec: delete their bindings
+	unset  []string       // stages whose bindings let go of their Pods
+	bind   []bindingWrite // the bindings of the stages placed on a Pod this round, as they will be written
 	// rollback: the pipeline was never placed in full, so if any bind fails the others that went
 	// through are unset again: a pipeline holds all of its workers or none while it waits.
 	rollback bool
@@ -103,10 +95,36 @@ func planWrites(s *pipelineScope, in intent, a ask, placement *Placement) writeP
 		return p
 	}
 	for i, sp := range in.place {
-		p.bind = append(p.bind, stageBind{stage: sp.stage, pod: placement.Pods[sp.stage], uid: placement.UIDs[sp.stage], res: placement.Reservations[i]})
+		b := desiredBinding(pl, sp.stage, placement.Pods[sp.stage], placement.UIDs[sp.stage], s.bindings[sp.stage])
+		p.bind = append(p.bind, bindingWrite{stage: sp.stage, obj: b, res: placement.Reservations[i]})
 	}
 	p.rollback = !established(pl)
 	return p
+}
+
+// desiredBinding is the binding of a stage on a Pod, built on the existing one if any.
+func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, uid types.UID, existing *schedulingv1alpha1.PipelineBinding) *schedulingv1alpha1.PipelineBinding {
+	b := &schedulingv1alpha1.PipelineBinding{}
+	if existing != nil {
+		b = existing.DeepCopy()
+	} else {
+		b.Name = schedulingv1alpha1.BindingName(pl.Name, stageName)
+		b.Namespace = pl.Namespace
+	}
+	if b.Labels == nil {
+		b.Labels = map[string]string{}
+	}
+	b.Labels[schedulingv1alpha1.PipelineLabel] = pl.Name
+	b.Labels[schedulingv1alpha1.StageLabel] = stageName
+	b.Spec = schedulingv1alpha1.PipelineBindingSpec{
+		Pipeline:           pl.Name,
+		Stage:              stageName,
+		Class:              pl.Spec.Workers[stageName].Class,
+		Pod:                pod,
+		PodUID:             uid,
+		DocumentsPerSecond: pl.Spec.DocumentsPerSecond,
+	}
+	return b
 }
 
 // established says the pipeline was placed in full before: Plotted, Ready or Broken. Its healthy

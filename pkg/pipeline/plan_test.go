@@ -38,7 +38,7 @@ func summarize(a ask, p writePlan) planSummary {
 		if out.bind == nil {
 			out.bind = map[string]string{}
 		}
-		out.bind[b.stage] = b.pod
+		out.bind[b.stage] = b.obj.Spec.Pod
 	}
 	return out
 }
