@@ -12,8 +12,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
-	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // Renderer renders a Snapshot. The zero value prints the default columns with ages counted from
@@ -150,15 +150,12 @@ func podState(p *corev1.Pod) string {
 		return "<gone>"
 	case p.DeletionTimestamp != nil:
 		return "Terminating"
-	case p.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete:
+	case workerpod.PreparingDelete(p):
 		return "Draining"
 	case p.Status.Phase != corev1.PodRunning:
 		return string(p.Status.Phase)
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return "Ready"
-		}
+	case workerpod.Ready(p):
+		return "Ready"
 	}
 	return "NotReady"
 }
