@@ -323,6 +323,7 @@ func (c *simClient) Create(ctx context.Context, obj client.Object, opts ...clien
 		if err := c.Client.Create(ctx, obj, opts...); err != nil {
 			return err
 		}
+		c.w.boundTo(obj.(*schedulingv1alpha1.PipelineBinding))
 	}
 	if timeout {
 		c.w.unsure[obj.(*schedulingv1alpha1.PipelineBinding).Spec.Pipeline] = c.w.step
@@ -352,12 +353,22 @@ func (c *simClient) Update(ctx context.Context, obj client.Object, opts ...clien
 		if err := c.Client.Update(ctx, b, opts...); err != nil {
 			return err
 		}
+		c.w.boundTo(b)
 	}
 	if timeout {
 		c.w.unsure[b.Spec.Pipeline] = c.w.step
 		return apierrors.NewTimeoutError("injected", 1)
 	}
 	return nil
+}
+
+// boundTo notes a binding written onto a Pod that is already dead: the controller chose it from a
+// cache that has not seen the death yet. That pipeline's new worker died, as much as one killed
+// under it: it may leave Ready.
+func (w *world) boundTo(b *schedulingv1alpha1.PipelineBinding) {
+	if pod := b.Spec.Pod; pod != "" && (w.pods[pod] == nil || (b.Spec.PodUID != "" && w.pods[pod].UID != b.Spec.PodUID)) {
+		w.disturbed[b.Spec.Pipeline] = true
+	}
 }
 
 // ---- The world's own actors ----
