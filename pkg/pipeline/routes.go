@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 )
 
 // RoutesKey is the key of the routes document in a <pipeline>-routes ConfigMap.
@@ -225,7 +226,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: inTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
-	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && holdsData(cur.Data[RoutesKey], string(doc)) {
+	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && opcache.HoldsData(cur.Data[RoutesKey], string(doc)) {
 		return nil
 	}
 	patch := client.MergeFrom(cur.DeepCopy())

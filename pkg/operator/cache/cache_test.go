@@ -1,0 +1,52 @@
+package cache
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// cachedMeta is the metadata the API server returns for an object of a pipeline's binding.
+func cachedMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: "ns", UID: "uid-1", ResourceVersion: "7", GenerateName: name + "-",
+		Labels:          map[string]string{"scheduling.conveyor.dev/pipeline": "p", discoveryv1.LabelServiceName: "p-a", "other": "x"},
+		Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-23T00:00:00Z"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "scheduling.conveyor.dev/v1alpha1", Kind: "PipelineBinding", Name: "p-a", UID: "uid-b", Controller: ptr.To(true)}},
+		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
+	}
+}
+
+func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
+	const key = "routes.json"
+	doc := `{"pipeline": "p"}`
+	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{key: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
+	out, err := DigestConfigMap(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.ConfigMap)
+	for _, tc := range []struct {
+		name       string
+		read, want string
+		same       bool
+	}{
+		{"the cache's digest of the same document", got.Data[key], doc, true},
+		{"the value itself, read past the cache", doc, doc, true},
+		{"the cache's digest of another document", got.Data[key], `{"pipeline": "q"}`, false},
+		{"another value read past the cache", `{}`, doc, false},
+	} {
+		if HoldsData(tc.read, tc.want) != tc.same {
+			t.Errorf("%s: HoldsData = %v, want %v", tc.name, !tc.same, tc.same)
+		}
+	}
+	if got.Data[key] == doc || got.BinaryData != nil || got.ManagedFields != nil {
+		t.Errorf("the cached ConfigMap must hold digests only: %+v", got)
+	}
+	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
+		t.Error("the owner must stay: the pipeline controller reports a ConfigMap in the way by it")
+	}
+}
