@@ -30,6 +30,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 const (
@@ -167,16 +168,7 @@ func podChangedForSet(oldObj, newObj client.Object) bool {
 	}
 	return o.UID != n.UID || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !maps.Equal(o.Labels, n.Labels) ||
 		!apiequality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || o.Status.Phase != n.Status.Phase ||
-		!apiequality.Semantic.DeepEqual(readyCondition(o), readyCondition(n))
-}
-
-func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
+		!apiequality.Semantic.DeepEqual(workerpod.ReadyCondition(o), workerpod.ReadyCondition(n))
 }
 
 // podController is the key of the WorkerSet that controls the Pod, if one does.

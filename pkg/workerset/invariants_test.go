@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // checkInvariants asserts what must hold for any plan, whatever the state:
@@ -129,7 +130,7 @@ func (w *world) step() {
 			if w.rng.IntN(3) > 0 {
 				setPodState(pod, podReady)
 			}
-		case isRunningAndReady(pod):
+		case workerpod.RunningAndReady(pod):
 			if w.failures && w.rng.IntN(20) == 0 {
 				setPodState(pod, podFailed)
 			}
@@ -178,7 +179,7 @@ func TestSimulatedScaling(t *testing.T) {
 						t.Fatalf("did not converge: %d Pods for %d replicas", len(w.s.pods), replicas)
 					}
 					for o := range replicas {
-						if pod := w.s.pods[o]; pod == nil || !isRunningAndReady(pod) {
+						if pod := w.s.pods[o]; pod == nil || !workerpod.RunningAndReady(pod) {
 							t.Fatalf("did not converge: ordinal %d is %v", o, pod)
 						}
 					}

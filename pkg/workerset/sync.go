@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // createsPerReconcile is the most Pods one reconcile builds and creates (through the create window,
@@ -193,7 +194,7 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteFinished})
 			waiting = true
 		default:
-			if !isRunningAndReady(pod) {
+			if !workerpod.RunningAndReady(pod) {
 				waiting = true
 			}
 		}
@@ -320,8 +321,8 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 	budget := updateBudget(s.set, replicas, unavailable, waiting)
 	replacing = map[types.UID]bool{}
 	for _, pod := range candidates {
-		broken := !isRunningAndReady(pod)
-		if isPreparingDelete(pod) && (broken || rolling) {
+		broken := !workerpod.RunningAndReady(pod)
+		if workerpod.PreparingDelete(pod) && (broken || rolling) {
 			replacing[pod.UID] = true // this strategy replaces it: its drain goes on
 		}
 		switch {
@@ -345,7 +346,7 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 // they keep their place in the budget; then the highest ordinal first.
 func updateOrder(set *appsv1alpha1.WorkerSet) func(a, b *corev1.Pod) int {
 	return func(a, b *corev1.Pod) int {
-		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
+		if da, db := workerpod.PreparingDelete(a), workerpod.PreparingDelete(b); da != db {
 			if da {
 				return -1
 			}
@@ -371,15 +372,11 @@ func updateBudget(set *appsv1alpha1.WorkerSet, replicas, unavailable int, waitin
 // updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after
 // a drain (drainThenDelete) when it has a predelete.conveyor.dev/ label or is already draining.
 func updateDrainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) {
-	if !hasDeleteHolds(pod) && !isPreparingDelete(pod) {
+	if !hasDeleteHolds(pod) && !workerpod.PreparingDelete(pod) {
 		p.deletes = append(p.deletes, podDelete{pod, reason})
 		return
 	}
 	drainThenDelete(s, p, pod, reason)
-}
-
-func isPreparingDelete(pod *corev1.Pod) bool {
-	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }
 
 // progress is what the phases found still to do, for the Progressing condition.
@@ -496,7 +493,7 @@ func existing(s *scope, replicas int) int {
 func readyCount(s *scope, replicas int) int {
 	n := 0
 	for ordinal, pod := range s.pods {
-		if ordinal < replicas && isRunningAndReady(pod) {
+		if ordinal < replicas && workerpod.RunningAndReady(pod) {
 			n++
 		}
 	}
@@ -666,29 +663,16 @@ func isFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
 }
 
-func isRunningAndReady(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodRunning && podReadyCondition(pod) != nil && podReadyCondition(pod).Status == corev1.ConditionTrue
-}
-
-func podReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // isAvailable says the Pod has been Ready for minReadySeconds at now; if not yet, wait is how long
 // until it will be, provided it stays Ready.
 func isAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) (available bool, wait time.Duration) {
-	if !isRunningAndReady(pod) || pod.DeletionTimestamp != nil {
+	if !workerpod.RunningAndReady(pod) || pod.DeletionTimestamp != nil {
 		return false, 0
 	}
 	if minReadySeconds <= 0 {
 		return true, 0
 	}
-	readySince := podReadyCondition(pod).LastTransitionTime.Time
+	readySince := workerpod.ReadyCondition(pod).LastTransitionTime.Time
 	availableAt := readySince.Add(time.Duration(minReadySeconds) * time.Second)
 	if !now.Before(availableAt) {
 		return true, 0

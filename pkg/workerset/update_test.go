@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // atRevision puts Pods on a revision other than the scope's update revision "rev".
@@ -141,7 +142,7 @@ func TestSimulatedRollout(t *testing.T) {
 			converge()
 			for o := range int(replicas) {
 				pod := w.s.pods[o]
-				if pod == nil || !isRunningAndReady(pod) {
+				if pod == nil || !workerpod.RunningAndReady(pod) {
 					t.Fatalf("ordinal %d not Ready after the revert: %v", o, pod)
 				}
 				if o >= int(partition) && pod.Labels[appsv1alpha1.RevisionLabel] != "v2" {
@@ -325,7 +326,7 @@ func checkDrainedDeletes(t *testing.T, s *scope, p *plan, step int) {
 			continue
 		}
 		since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
-		marked := isPreparingDelete(d.pod)
+		marked := workerpod.PreparingDelete(d.pod)
 		if hasDeleteHolds(d.pod) && (!marked || s.now.Before(since.Add(timeout))) {
 			t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", step, d.pod.Name, d.reason, marked, since)
 		}
@@ -341,11 +342,11 @@ func (w *world) stepHolds(hold string) {
 	for _, pod := range w.s.pods {
 		switch {
 		case pod.DeletionTimestamp != nil:
-		case isPreparingDelete(pod):
+		case workerpod.PreparingDelete(pod):
 			if w.rng.IntN(30) == 0 {
 				delete(pod.Labels, hold)
 			}
-		case isRunningAndReady(pod) && w.rng.IntN(3) == 0:
+		case workerpod.RunningAndReady(pod) && w.rng.IntN(3) == 0:
 			pod.Labels[hold] = "true"
 		}
 	}
