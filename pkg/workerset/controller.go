@@ -55,7 +55,11 @@ const (
 // Reconciler reconciles WorkerSets.
 type Reconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	// APIReader reads past the cache: the cache holds only Pods with a WorkerSet's label and
+	// revisions with a set's label, so the object that holds a name a create found taken may be
+	// outside it. SetupWithManager uses the manager's when nil.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// MaxConcurrentReconciles is how many sets reconcile at once (default 1).
 	MaxConcurrentReconciles int
 	// Now is the clock; tests may replace it.
@@ -80,6 +84,9 @@ type Reconciler struct {
 
 // SetupWithManager registers the controller, its index and its watches with the manager.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	r.init()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("index pods by workerset: %w", err)
@@ -101,7 +108,11 @@ func (r *Reconciler) init() {
 	}
 	r.expectations = newExpectations(r.Now)
 	r.pace = newPace()
-	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	r.control = &podControl{client: r.Client, reader: reader, recorder: r.Recorder, expectations: r.expectations}
 }
 
 func indexPodOwner(obj client.Object) []string {

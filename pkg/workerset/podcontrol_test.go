@@ -79,7 +79,7 @@ func TestClaimOwnerFailureHoldsBackThePodDelete(t *testing.T) {
 					return c.Patch(ctx, obj, patch, opts...)
 				},
 			}, append(storedCopies(pods...), storedCopies(claims...)...)...)
-			control := &podControl{client: c, recorder: events.NewFakeRecorder(100), expectations: newExpectations(func() time.Time { return testNow })}
+			control := &podControl{client: c, reader: c, recorder: events.NewFakeRecorder(100), expectations: newExpectations(func() time.Time { return testNow })}
 
 			p := decide(s)
 			checkInvariants(t, s, p)

@@ -15,6 +15,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
@@ -39,10 +40,12 @@ func startSuite(ctx context.Context, cfg *rest.Config) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  testenv.Scheme(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		// Sets named "stale" belong to the stale-cache test's own reconciler.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// The operator's own cache options, so that the controller sees only what it sees in
+		// production (Pods and revisions with a set's label, claims with it). Sets named "stale"
+		// belong to the stale-cache test's own reconciler.
+		Cache: opcache.Options(cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&appsv1alpha1.WorkerSet{}: {Field: fields.OneTermNotEqualSelector("metadata.name", "stale")},
-		}},
+		}}),
 	})
 	if err != nil {
 		return err
