@@ -168,7 +168,7 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 }
 
 // podChangedForSet says whether a Pod update can change what its set decides or reports: its
-// identity, owners, labels (revision, drain, holds), deletion, phase, or readiness and when that
+// identity, owners, labels (revision, drain, holds), the drain's acknowledgement, deletion, phase, or readiness and when that
 // last changed (minReadySeconds counts from it). Anything else, such as a container's restart count
 // or a new IP, triggers no reconcile.
 func podChangedForSet(oldObj, newObj client.Object) bool {
@@ -178,6 +178,7 @@ func podChangedForSet(oldObj, newObj client.Object) bool {
 		return true
 	}
 	return o.UID != n.UID || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !maps.Equal(o.Labels, n.Labels) ||
+		o.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] != n.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] ||
 		!apiequality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || o.Status.Phase != n.Status.Phase ||
 		!apiequality.Semantic.DeepEqual(workerpod.ReadyCondition(o), workerpod.ReadyCondition(n))
 }

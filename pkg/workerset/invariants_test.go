@@ -79,6 +79,9 @@ type world struct {
 	claimsDeleted map[string]bool
 	// failures makes Ready Pods fail now and then.
 	failures bool
+	// bound are the Pods that carry a binding, labelled by the hold controller or not yet
+	// (TestSimulatedDrainWithHolds).
+	bound map[types.UID]bool
 }
 
 func (w *world) apply(p *plan) {

@@ -289,11 +289,12 @@ func (c *podControl) startDrain(ctx context.Context, s *scope, pod *corev1.Pod) 
 	}
 	patched.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
 	patched.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = s.now.UTC().Format(time.RFC3339)
+	delete(patched.Annotations, appsv1alpha1.DrainAcknowledgedAnnotation) // a new mark needs a new acknowledgement
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		return fmt.Errorf("mark pod %s PreparingDelete: %w", pod.Name, err)
 	}
 	c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventDraining, "DrainPod",
-		"Pod %s in WorkerSet %s is PreparingDelete: deleting it once no %s label remains, or in %s", pod.Name, s.set.Name, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+		"Pod %s in WorkerSet %s is PreparingDelete: deleting it once the hold controller has acknowledged the mark and no %s label remains, or in %s", pod.Name, s.set.Name, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
 	return nil
 }
 
@@ -303,6 +304,7 @@ func (c *podControl) cancelDrain(ctx context.Context, s *scope, pod *corev1.Pod)
 	patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
 	delete(patched.Labels, appsv1alpha1.LifecycleLabel)
 	delete(patched.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+	delete(patched.Annotations, appsv1alpha1.DrainAcknowledgedAnnotation)
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		return fmt.Errorf("cancel drain of pod %s: %w", pod.Name, err)
 	}

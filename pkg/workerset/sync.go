@@ -249,38 +249,37 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 	return len(condemned), draining
 }
 
-// drainAckWindow is how long a Pod stays PreparingDelete, at least, before a delete that no
-// predelete.conveyor.dev/ label holds back: the time the Pipeline controller and the hold
-// controller get to see the mark and to label the Pod for a binding placed on it just before. The
-// reconcile that our own mark triggers must not take the missing label as consent.
-const drainAckWindow = 5 * time.Second
-
 // drainThenDelete deletes a Pod once it has drained (docs/architecture.md, "Drain before
-// scale-down"): it marks the Pod PreparingDelete,
-// then deletes it once it has been marked for drainAckWindow and no predelete.conveyor.dev/ label
-// remains, or once the drain timeout has passed (a timeout of 0 deletes at once). It reports
+// scale-down"): it marks the Pod PreparingDelete, then deletes it once the hold controller has
+// acknowledged that mark (drainAcknowledged) and no predelete.conveyor.dev/ label remains, or once
+// the drain timeout has passed (a timeout of 0 deletes at once). The missing label alone is no
+// consent: the reconcile that the mark itself triggers runs before the hold controller has seen
+// it, and a binding placed on the Pod just before the mark may not be labelled yet. It reports
 // whether the Pod is still draining.
 func drainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) (draining bool) {
 	timeout := drainTimeout(s.set)
 	switch {
 	case timeout == 0:
-	case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
+	case !workerpod.PreparingDelete(pod):
 		p.drains = append(p.drains, pod)
-		p.requeue(min(drainAckWindow, timeout))
+		p.requeue(timeout) // the acknowledgement's own watch event normally comes first
 		return true
-	case hasDeleteHolds(pod):
+	case hasDeleteHolds(pod) || !drainAcknowledged(pod):
 		if left := drainLeft(pod, timeout, s.now); left > 0 {
 			p.requeue(left)
-			return true
-		}
-	default:
-		if left := drainLeft(pod, min(drainAckWindow, timeout), s.now); left > 0 {
-			p.requeue(left) // no hold yet, but too soon to tell
 			return true
 		}
 	}
 	p.deletes = append(p.deletes, podDelete{pod, reason})
 	return false
+}
+
+// drainAcknowledged says the hold controller has acknowledged the Pod's current PreparingDelete
+// mark: its acknowledgement names the mark's start, so one left from an earlier, cancelled drain
+// does not count.
+func drainAcknowledged(pod *corev1.Pod) bool {
+	since := pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation]
+	return since != "" && pod.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] == since
 }
 
 // planUpdate replaces Pods that are not on the update revision. RollingUpdate goes from the highest
@@ -369,10 +368,13 @@ func updateBudget(set *appsv1alpha1.WorkerSet, replicas, unavailable int, waitin
 	return budget
 }
 
-// updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after
-// a drain (drainThenDelete) when it has a predelete.conveyor.dev/ label or is already draining.
+// updateDrainThenDelete replaces a Pod for an update after a drain (drainThenDelete), as a
+// scale-down does: a Pod that shows no hold may still have a binding placed on it just before that
+// the hold controller has not labelled yet. A broken Pod (not Running and Ready) that shows no
+// hold and is not draining is replaced at once: nothing is placed on a Pod that is not Ready, and
+// the escape hatch must not wait.
 func updateDrainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) {
-	if !hasDeleteHolds(pod) && !workerpod.PreparingDelete(pod) {
+	if reason == deleteBrokenRollout && !hasDeleteHolds(pod) && !workerpod.PreparingDelete(pod) {
 		p.deletes = append(p.deletes, podDelete{pod, reason})
 		return
 	}
@@ -394,7 +396,7 @@ func planProgress(s *scope, p *plan, pr progress) {
 		p.progressMessage = fmt.Sprintf("%d of %d Pods exist", existing(s, replicas), replicas)
 	case pr.draining > 0:
 		p.progressReason = appsv1alpha1.ReasonDraining
-		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are PreparingDelete, waiting for their %s labels to go or %s", pr.draining, replicas, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are PreparingDelete, waiting for the hold controller's acknowledgement and for their %s labels to go, or %s", pr.draining, replicas, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
 	case pr.condemned > 0:
 		p.progressReason = appsv1alpha1.ReasonScalingDown
 		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are being deleted", pr.condemned, replicas)
