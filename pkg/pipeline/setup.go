@@ -49,7 +49,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
-	if err := (&WorkerClassReconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&WorkerClassReconciler{Client: c, APIReader: mgr.GetAPIReader(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workerclass controller: %w", err)
 	}
 	if err := (&HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {

@@ -34,6 +34,9 @@ import (
 // StatusInterval while they change, and once more when they settle.
 type WorkerClassReconciler struct {
 	client.Client
+	// APIReader reads past the cache, which holds only HPAs with the class label: an HPA in the
+	// way of the class's own, or one the class owns that has no label yet, is found through it.
+	APIReader client.Reader
 	Allocator *Allocator
 	// StatusInterval is the least time between two status writes of one class that change only
 	// its numbers; default one second.
@@ -128,6 +131,11 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassWorkerSetReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
 	autoscaled, reason, msg, syncErr := r.syncAutoscaler(ctx, wc)
+	var recheck time.Duration
+	if reason == schedulingv1alpha1.ReasonAutoscalerConflict {
+		// An HPA in the way may be outside the cache: its removal sends no event.
+		recheck = InTheWayRecheck
+	}
 	if syncErr != nil {
 		st.ObservedGeneration = wc.Status.ObservedGeneration
 		reason, msg = schedulingv1alpha1.ReasonAutoscalerWriteFailed, syncErr.Error()
@@ -138,7 +146,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassAutoscalerReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
 	if apiequality.Semantic.DeepEqual(wc.Status, st) {
-		return ctrl.Result{}, syncErr
+		return conveyorstatus.Result(ctrl.Result{RequeueAfter: recheck}, syncErr)
 	}
 	key := client.ObjectKeyFromObject(wc)
 	if wait := r.debounce(key, wc.Status, st); wait > 0 {
@@ -153,7 +161,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	r.mu.Lock()
 	r.lastWrite[key] = r.Now()
 	r.mu.Unlock()
-	return ctrl.Result{}, syncErr
+	return conveyorstatus.Result(ctrl.Result{RequeueAfter: recheck}, syncErr)
 }
 
 // debounce says how long to wait before writing a status that differs from the last one only in

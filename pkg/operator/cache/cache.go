@@ -9,6 +9,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,11 +29,16 @@ import (
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
 //     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
-//     ConfigMap values held as digests (DigestConfigMap).
+//     ConfigMap values held as digests (DigestConfigMap);
+//   - ControllerRevisions and PersistentVolumeClaims: those of WorkerSets only (the WorkerSet
+//     controller labels every revision and claim it writes apps.conveyor.dev/workerset, and lists
+//     them by that label);
+//   - HorizontalPodAutoscalers: those of WorkerClasses only (label
+//     scheduling.conveyor.dev/workerclass, which the WorkerClass controller sets on its HPA).
 //
-// An object outside the cache that stands in the way of one the operator would create (a Service
-// or routes ConfigMap of the same name) is found with one read past the cache when the create
-// reports AlreadyExists.
+// An object outside the cache that stands in the way of one the operator would create (a Pod,
+// revision, Service, routes ConfigMap or HPA of the same name) is found with one read past the
+// cache, and reported, never adopted unless it carries the operator's label.
 func Options(base crcache.Options) crcache.Options {
 	exists := func(key string) labels.Selector {
 		req, err := labels.NewRequirement(key, selection.Exists, nil)
@@ -43,7 +50,11 @@ func Options(base crcache.Options) crcache.Options {
 	if base.ByObject == nil {
 		base.ByObject = map[client.Object]crcache.ByObject{}
 	}
-	base.ByObject[&corev1.Pod{}] = crcache.ByObject{Label: exists(appsv1alpha1.WorkerSetLabel)}
+	workerSets := exists(appsv1alpha1.WorkerSetLabel)
+	base.ByObject[&corev1.Pod{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&appsv1.ControllerRevision{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&corev1.PersistentVolumeClaim{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&autoscalingv2.HorizontalPodAutoscaler{}] = crcache.ByObject{Label: exists(schedulingv1alpha1.WorkerClassLabel)}
 	pipelines := exists(schedulingv1alpha1.PipelineLabel)
 	base.ByObject[&corev1.Service{}] = crcache.ByObject{Label: pipelines, Transform: TrimService}
 	base.ByObject[&corev1.ConfigMap{}] = crcache.ByObject{Label: pipelines, Transform: DigestConfigMap}

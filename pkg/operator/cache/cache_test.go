@@ -1,19 +1,25 @@
 package cache
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
 // cachedMeta is the metadata the API server returns for an object of a pipeline's binding.
 func cachedMeta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: name, Namespace: "ns", UID: "uid-1", ResourceVersion: "7", GenerateName: name + "-",
-		Labels:          map[string]string{"scheduling.conveyor.dev/pipeline": "p", discoveryv1.LabelServiceName: "p-a", "other": "x"},
+		Labels:          map[string]string{schedulingv1alpha1.PipelineLabel: "p", discoveryv1.LabelServiceName: "p-a", "other": "x"},
 		Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-23T00:00:00Z"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "scheduling.conveyor.dev/v1alpha1", Kind: "PipelineBinding", Name: "p-a", UID: "uid-b", Controller: ptr.To(true)}},
 		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
@@ -48,5 +54,42 @@ func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	}
 	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
 		t.Error("the owner must stay: the pipeline controller reports a ConfigMap in the way by it")
+	}
+}
+
+// TestOptionsSelectTheOperatorsOwnObjects: every kind the operator caches by the thousand, or
+// that other controllers make as many of cluster-wide, is narrowed to the objects carrying the
+// label the operator's writers set, and the narrowing matches exactly those.
+func TestOptionsSelectTheOperatorsOwnObjects(t *testing.T) {
+	opts := Options(crcache.Options{})
+	byKind := map[string]crcache.ByObject{}
+	for obj, by := range opts.ByObject {
+		byKind[fmt.Sprintf("%T", obj)] = by
+	}
+	tests := []struct {
+		kind  string
+		label string // the label that puts an object in the cache
+	}{
+		{"*v1.Pod", appsv1alpha1.WorkerSetLabel},
+		{"*v1.ControllerRevision", appsv1alpha1.WorkerSetLabel},
+		{"*v1.PersistentVolumeClaim", appsv1alpha1.WorkerSetLabel},
+		{"*v2.HorizontalPodAutoscaler", schedulingv1alpha1.WorkerClassLabel},
+		{"*v1.Service", schedulingv1alpha1.PipelineLabel},
+		{"*v1.ConfigMap", schedulingv1alpha1.PipelineLabel},
+		{"*v1.EndpointSlice", schedulingv1alpha1.PipelineLabel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			by, ok := byKind[tt.kind]
+			if !ok || by.Label == nil {
+				t.Fatalf("%s is cached unfiltered", tt.kind)
+			}
+			if !by.Label.Matches(labels.Set{tt.label: "x"}) {
+				t.Errorf("%s: an object labelled %s is not cached (selector %s)", tt.kind, tt.label, by.Label)
+			}
+			if by.Label.Matches(labels.Set{"app": "x"}) {
+				t.Errorf("%s: an object without %s is cached (selector %s)", tt.kind, tt.label, by.Label)
+			}
+		})
 	}
 }
