@@ -52,7 +52,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := (&WorkerClassReconciler{Client: c, APIReader: mgr.GetAPIReader(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workerclass controller: %w", err)
 	}
-	if err := (&HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&HoldReconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up worker hold controller: %w", err)
 	}
 	return alloc, nil
