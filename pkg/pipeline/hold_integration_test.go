@@ -22,7 +22,7 @@ func TestIntegrationDrainAcknowledged(t *testing.T) {
 	ns := newNamespace(t)
 	fakeKubelet(t, ns)
 	plain := fixtures.MakeWorkerSet(ns, "plain").Replicas(3).Obj() // no class: never placed on
-	green := newWorkerSet(ns, "green", 3)                           // a class without pipelines
+	green := newWorkerSet(ns, "green", 3)                          // a class without pipelines
 	for _, set := range []*appsv1alpha1.WorkerSet{plain, green} {
 		set.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: ptr.To[int32](3600)}
 	}

@@ -128,15 +128,22 @@ func TestIntegrationOrphanDeleteAndRecreate(t *testing.T) {
 	if err := envK8s.Delete(context.Background(), foreign); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "o-3 is the set's and ReplicaFailure is False", func() error {
+	waitOwnPodNoFailure(t, set, "o-3")
+}
+
+// waitOwnPodNoFailure waits until the set controls the Pod of the name and its ReplicaFailure is
+// False: a Pod that held the name is gone and the set made its own.
+func waitOwnPodNoFailure(t *testing.T, set *appsv1alpha1.WorkerSet, name string) {
+	t.Helper()
+	eventually(t, name+" is the set's and ReplicaFailure is False", func() error {
 		pod := &corev1.Pod{}
-		if err := envK8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "o-3"}, pod); err != nil {
+		if err := envK8s.Get(context.Background(), client.ObjectKey{Namespace: set.Namespace, Name: name}, pod); err != nil {
 			return err
 		}
 		if !metav1.IsControlledBy(pod, set) {
-			return fmt.Errorf("o-3 owners %v", pod.OwnerReferences)
+			return fmt.Errorf("%s owners %v", name, pod.OwnerReferences)
 		}
-		c := meta.FindStatusCondition(getSet(t, ns, "o").Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
+		c := meta.FindStatusCondition(getSet(t, set.Namespace, set.Name).Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
 		if c == nil || c.Status != metav1.ConditionFalse {
 			return fmt.Errorf("ReplicaFailure %+v", c)
 		}
@@ -193,21 +200,7 @@ func TestIntegrationUnlabelledPodInTheWay(t *testing.T) {
 	if err := envK8s.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	set := getSet(t, ns, "web")
-	eventually(t, "web-1 is the set's and ReplicaFailure is False", func() error {
-		pod := &corev1.Pod{}
-		if err := envK8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-1"}, pod); err != nil {
-			return err
-		}
-		if !metav1.IsControlledBy(pod, set) {
-			return fmt.Errorf("web-1 owners %v", pod.OwnerReferences)
-		}
-		c := meta.FindStatusCondition(getSet(t, ns, "web").Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
-		if c == nil || c.Status != metav1.ConditionFalse {
-			return fmt.Errorf("ReplicaFailure %+v", c)
-		}
-		return nil
-	})
+	waitOwnPodNoFailure(t, getSet(t, ns, "web"), "web-1")
 }
 
 func revNames(revs []appsv1.ControllerRevision) []string {

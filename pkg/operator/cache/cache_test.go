@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -15,21 +14,15 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// cachedMeta is the metadata the API server returns for an object of a pipeline's binding.
-func cachedMeta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: name, Namespace: "ns", UID: "uid-1", ResourceVersion: "7", GenerateName: name + "-",
-		Labels:          map[string]string{schedulingv1alpha1.PipelineLabel: "p", discoveryv1.LabelServiceName: "p-a", "other": "x"},
-		Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-23T00:00:00Z"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "scheduling.conveyor.dev/v1alpha1", Kind: "PipelineBinding", Name: "p-a", UID: "uid-b", Controller: ptr.To(true)}},
-		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
-	}
-}
-
 func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	const key = "routes.json"
 	doc := `{"pipeline": "p"}`
-	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{key: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "p-routes", Namespace: "ns", Labels: map[string]string{schedulingv1alpha1.PipelineLabel: "p"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "scheduling.conveyor.dev/v1alpha1", Kind: "Pipeline", Name: "p", UID: "uid-p", Controller: ptr.To(true)}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "conveyor-operator"}}},
+		Data: map[string]string{key: doc}, BinaryData: map[string][]byte{"x": []byte("y")},
+	}
 	out, err := DigestConfigMap(cm)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +45,7 @@ func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	if got.Data[key] == doc || got.BinaryData != nil || got.ManagedFields != nil {
 		t.Errorf("the cached ConfigMap must hold digests only: %+v", got)
 	}
-	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
+	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-p"}) {
 		t.Error("the owner must stay: the pipeline controller reports a ConfigMap in the way by it")
 	}
 }
