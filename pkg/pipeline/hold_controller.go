@@ -144,8 +144,10 @@ func (r *HoldReconciler) drain(pod *corev1.Pod, cached, has bool) drainDecision 
 	}
 	seen, inFlight := true, false
 	if class := pod.Labels[schedulingv1alpha1.WorkerClassLabel]; class != "" && r.Allocator != nil {
-		// A Pod without a class is never placed on: nothing can be in flight to it.
+		// A Pod without a class is never placed on: nothing can be in flight to it. An allocator
+		// that has not seen every binding listed at start-up cannot say what holds a Pod.
 		seen, inFlight = r.Allocator.DrainSeen(pod.Namespace, class, pod.Name, pod.UID)
+		seen = seen && r.Allocator.Synced()
 	}
 	if !seen {
 		return drainDecision{held: cached || has, recheck: holdRecheck}

@@ -93,6 +93,13 @@ func TestHoldAcknowledgesADrain(t *testing.T) {
 			}
 		})
 	}
+	// An allocator that has not seen everything its informers listed at start-up acknowledges nothing.
+	a := greenWorld(t, 1)
+	a.OnPod(marked(allocPod("green", 0)), false)
+	a.addSynced(func() bool { return false })
+	if got := (&HoldReconciler{Allocator: a}).drain(marked(allocPod("green", 0)), false, false); got != (drainDecision{recheck: holdRecheck}) {
+		t.Errorf("with an allocator not yet synced: drain = %+v", got)
+	}
 	// Without an allocator (no placement in the process) the cache decides.
 	if got := (&HoldReconciler{}).drain(marked(allocPod("green", 0)), true, false); got != (drainDecision{held: true, ack: true}) {
 		t.Errorf("without an allocator: drain = %+v", got)
