@@ -71,6 +71,7 @@ func SetupWhenServed(mgr ctrl.Manager, opts Options) (*CRDGate, error) {
 // leads.
 type everyReplica func(ctx context.Context) error
 
+// Start runs the function.
 func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
 
 // NeedLeaderElection says the runnable runs without the Lease.
