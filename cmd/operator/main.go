@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -157,18 +156,21 @@ func run(opts options) error {
 			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
 		}
 	}
-	if err := operator.Setup(context.Background(), mgr, operator.Options{
+	// The controllers are set up once the API server serves the operator's kinds: until then the
+	// process waits, logs what is missing, and /readyz fails.
+	gate, err := operator.SetupWhenServed(mgr, operator.Options{
 		WorkerSetConcurrency: opts.workerSetConcurrency,
 		PipelineConcurrency:  opts.pipelineConcurrency,
 		DeadEndGrace:         opts.deadEndGrace,
 		CustomMetrics:        customMetrics,
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", gate.Check); err != nil {
 		return err
 	}
 	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect)

@@ -32,7 +32,8 @@ const (
 // a holder is a renewal, dated when it was sent. Another replica can only take the Lease once it
 // has seen no renewal for LeaseDuration, so writes are safe until RenewDeadline after the last
 // renewal was sent; after that, and before the first, the fence refuses every write except those
-// of the Lease and of Events, with an error, without sending it. A release (a Lease write with no
+// of the Lease, of Events and of reviews (changesState), with an error, without sending it. How
+// long ago a renewal was sent is read on both the wall and the monotonic clock (stamp). A release (a Lease write with no
 // holder) closes the fence at once, and is itself refused when the fence is closed: client-go's
 // elector, giving up after a pause, may release a Lease another replica holds by then.
 type LeaseFence struct {
@@ -40,11 +41,46 @@ type LeaseFence struct {
 	LeaseName string
 	// Valid is how long after a renewal was sent writes go through; RenewDeadline when zero.
 	Valid time.Duration
-	// Now is the clock; time.Now when nil.
+	// Now is the wall clock; time.Now when nil. Its monotonic reading, if any, is not used: the
+	// monotonic clock is read apart (monotonic).
 	Now func() time.Time
 
+	// monotonic reads the process's monotonic clock; tests replace it.
+	monotonic func() time.Duration
+
 	mu      sync.Mutex
-	renewed time.Time // when the last successful renewal was sent; zero when none or released
+	renewed stamp // when the last successful renewal was sent; zero when none or released
+}
+
+// stamp is a moment on both clocks the fence reads. A renewal's age is the larger of the two
+// readings: the monotonic clock of a paused VM may stop while the pause lasts (it does under
+// hypervisors that stop the guest's clock source), and the wall clock, set right again when the VM
+// resumes, then shows the time that passed for the other replicas; a wall clock stepped back is
+// caught by the monotonic one. A wall clock stepped forward only closes the fence until the next
+// renewal.
+type stamp struct {
+	wall time.Time
+	mono time.Duration
+}
+
+// processStart anchors the default monotonic clock.
+var processStart = time.Now()
+
+func (f *LeaseFence) stamp() stamp {
+	wall := time.Now()
+	if f.Now != nil {
+		wall = f.Now()
+	}
+	mono := time.Since(processStart)
+	if f.monotonic != nil {
+		mono = f.monotonic()
+	}
+	return stamp{wall: wall.Round(0), mono: mono}
+}
+
+// age is how long ago s was, the larger of what the two clocks say.
+func (s stamp) age(now stamp) time.Duration {
+	return max(now.wall.Sub(s.wall), now.mono-s.mono)
 }
 
 // Wrap returns a RoundTripper that fences rt; use it with rest.Config.Wrap.
@@ -55,13 +91,6 @@ func (f *LeaseFence) Wrap(rt http.RoundTripper) http.RoundTripper {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (fn roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return fn(req) }
-
-func (f *LeaseFence) now() time.Time {
-	if f.Now != nil {
-		return f.Now()
-	}
-	return time.Now()
-}
 
 func (f *LeaseFence) valid() time.Duration {
 	if f.Valid > 0 {
@@ -75,10 +104,10 @@ func (f *LeaseFence) Held() (bool, string) {
 	f.mu.Lock()
 	renewed := f.renewed
 	f.mu.Unlock()
-	if renewed.IsZero() {
+	if renewed.wall.IsZero() {
 		return false, "this replica does not hold the Lease " + f.LeaseName
 	}
-	if age := f.now().Sub(renewed); age >= f.valid() {
+	if age := renewed.age(f.stamp()); age >= f.valid() {
 		return false, fmt.Sprintf("this replica last renewed the Lease %s %s ago (writes stop %s after a renewal)", f.LeaseName, age.Round(time.Millisecond), f.valid())
 	}
 	return true, ""
@@ -109,8 +138,28 @@ func resourceOf(path string) string {
 	return ""
 }
 
-func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+// reviewGroups are the API groups whose only resources are reviews (TokenReview,
+// SubjectAccessReview and their self and local variants): a POST asks the API server a question
+// and stores nothing, so it is a read in effect. Every replica asks them, leader or not: the
+// metrics endpoint's authentication and authorization filter does on each scrape.
+var reviewGroups = []string{"/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/"}
+
+// changesState says whether a request may change what the cluster stores: any write, except a
+// review.
+func changesState(req *http.Request) bool {
 	if !isWrite(req.Method) {
+		return false
+	}
+	for _, prefix := range reviewGroups {
+		if strings.HasPrefix(req.URL.Path, prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+	if !changesState(req) {
 		return rt.RoundTrip(req)
 	}
 	switch resourceOf(req.URL.Path) {
@@ -125,7 +174,7 @@ func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.R
 			// would clear the new holder's Lease (issue 12's failover suite saw it).
 			return nil, fmt.Errorf("write fence: release of the Lease %s refused: %s", f.LeaseName, why)
 		}
-		sent := f.now()
+		sent := f.stamp()
 		resp, err := rt.RoundTrip(req)
 		if err == nil {
 			f.observeLease(sent, resp)
@@ -140,8 +189,24 @@ func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.R
 		// The transport reads the body as it sends it: the fence is checked again on every read,
 		// so a request resumed after the lease ran out fails before its body ends, and the API
 		// server, which sees the stream reset, applies nothing.
+		// net/http sends a body again, from GetBody, when it retries a request on a new
+		// connection (after a GOAWAY, or a connection closed before the response): the body it
+		// gets there is fenced too, and GetBody itself refuses once the fence is closed.
 		req = req.Clone(req.Context())
-		req.Body = &fencedBody{ReadCloser: req.Body, f: f, what: req.Method + " " + req.URL.Path}
+		what := req.Method + " " + req.URL.Path
+		req.Body = &fencedBody{ReadCloser: req.Body, f: f, what: what}
+		if getBody := req.GetBody; getBody != nil {
+			req.GetBody = func() (io.ReadCloser, error) {
+				if ok, why := f.Held(); !ok {
+					return nil, fmt.Errorf("write fence: %s not sent again: %s", what, why)
+				}
+				body, err := getBody()
+				if err != nil {
+					return nil, err
+				}
+				return &fencedBody{ReadCloser: body, f: f, what: what}, nil
+			}
+		}
 	}
 	return rt.RoundTrip(req)
 }
@@ -169,7 +234,7 @@ func (b *fencedBody) Read(p []byte) (int, error) {
 
 // observeLease reads a Lease write's response: a success naming a holder is a renewal sent at
 // sent; one naming none is a release.
-func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
+func (f *LeaseFence) observeLease(sent stamp, resp *http.Response) {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Body == nil {
 		return
 	}
@@ -188,10 +253,10 @@ func (f *LeaseFence) observeLease(sent time.Time, resp *http.Response) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		f.renewed = time.Time{}
+		f.renewed = stamp{}
 		return
 	}
-	if sent.After(f.renewed) {
+	if f.renewed.wall.IsZero() || sent.mono > f.renewed.mono {
 		f.renewed = sent
 	}
 }

@@ -92,6 +92,11 @@ func TestLeaseFence(t *testing.T) {
 			{method: http.MethodPost, path: "/apis/events.k8s.io/v1/namespaces/ns/events", code: 201, body: "{}", sent: true},
 			{method: http.MethodPost, path: "/apis/coordination.k8s.io/v1/namespaces/ns/leases", code: 409, body: "{}", sent: true},
 		}},
+		{"reviews go through the closed fence: they store nothing", []req{
+			{method: http.MethodPost, path: "/apis/authentication.k8s.io/v1/tokenreviews", code: 201, body: "{}", sent: true},
+			{method: http.MethodPost, path: "/apis/authorization.k8s.io/v1/subjectaccessreviews", code: 201, body: "{}", sent: true},
+			{method: http.MethodPost, path: "/apis/authorization.k8s.io/v1/namespaces/ns/localsubjectaccessreviews", code: 201, body: "{}", sent: true},
+		}},
 		{"every kind of write is fenced", []req{
 			{method: http.MethodPost, path: "/api/v1/namespaces/ns/pods", sent: false},
 			{method: http.MethodPut, path: "/apis/scheduling.conveyor.dev/v1alpha1/namespaces/ns/pipelinebindings/b/status", sent: false},
@@ -196,5 +201,105 @@ func TestLeaseFenceInFlight(t *testing.T) {
 	}))
 	if _, err := rt2.RoundTrip(httptest.NewRequest(http.MethodPatch, podPath, strings.NewReader(`{"metadata":{}}`))); err != nil || string(got) != `{"metadata":{}}` {
 		t.Fatalf("a write within the lease sent %q, err %v", got, err)
+	}
+}
+
+// TestLeaseFenceResend: net/http sends a request's body again from GetBody when it retries the
+// request on a new connection (after a GOAWAY). A resend after the lease ran out must fail like
+// the first send, and within the lease it must carry the whole body.
+func TestLeaseFenceResend(t *testing.T) {
+	start := time.Unix(1000, 0)
+	now := start
+	f := &LeaseFence{LeaseName: "l", Now: func() time.Time { return now }}
+	const body = `{"metadata":{}}`
+	renew := func() {
+		t.Helper()
+		rt := f.Wrap(roundTripperFunc(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(leaseBody("l", "me")))}, nil
+		}))
+		req, err := http.NewRequest(http.MethodPut, "https://api/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name       string
+		pause      time.Duration // between the first send and the resend
+		wantResent bool
+	}{
+		{"resent within the lease", time.Second, true},
+		{"resent after a pause past the lease", 30 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now = start
+			renew()
+			var resent []byte
+			var resendErr error
+			rt := f.Wrap(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				if _, err := io.ReadAll(r.Body); err != nil {
+					return nil, err
+				}
+				// The connection goes away before the response: the transport takes a new body.
+				now = start.Add(tt.pause)
+				b, err := r.GetBody()
+				if err == nil {
+					resent, err = io.ReadAll(b)
+				}
+				resendErr = err
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+			}))
+			req, err := http.NewRequest(http.MethodPatch, "https://api"+podPath, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.RoundTrip(req); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantResent && (resendErr != nil || string(resent) != body) {
+				t.Fatalf("the resend within the lease sent %q, err %v", resent, resendErr)
+			}
+			if !tt.wantResent && (resendErr == nil || !strings.Contains(resendErr.Error(), "write fence") || len(resent) != 0) {
+				t.Fatalf("the resend after the lease ran out sent %q, err %v; want nothing and the fence's error", resent, resendErr)
+			}
+		})
+	}
+}
+
+// TestLeaseFenceClocks: a renewal's age is the larger of what the wall and the monotonic clock
+// say, so a VM pause that stops the guest's monotonic clock, or a wall clock set back, cannot keep
+// the fence open past the lease.
+func TestLeaseFenceClocks(t *testing.T) {
+	tests := []struct {
+		name       string
+		wall, mono time.Duration // how far each clock moved since the renewal
+		open       bool
+	}{
+		{"both clocks within the lease", 5 * time.Second, 5 * time.Second, true},
+		{"a VM pause: the monotonic clock stood still, the wall clock was set right", 40 * time.Second, time.Second, false},
+		{"a wall clock set back", -time.Hour, 12 * time.Second, false},
+		{"a wall clock set forward closes the fence until the next renewal", time.Hour, time.Second, false},
+		{"both past the lease", 12 * time.Second, 12 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			wall, mono := start, time.Duration(0)
+			f := &LeaseFence{LeaseName: "l", Now: func() time.Time { return wall }}
+			f.monotonic = func() time.Duration { return mono }
+			rt := f.Wrap(roundTripperFunc(func(*http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(leaseBody("l", "me")))}, nil
+			}))
+			if _, err := rt.RoundTrip(httptest.NewRequest(http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", nil)); err != nil {
+				t.Fatal(err)
+			}
+			wall, mono = start.Add(tt.wall), tt.mono
+			if open, why := f.Held(); open != tt.open {
+				t.Fatalf("Held = %v (%s), want %v", open, why, tt.open)
+			}
+		})
 	}
 }

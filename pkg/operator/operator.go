@@ -16,6 +16,7 @@ import (
 
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	conveyormetrics "github.com/conveyor-dev/conveyor/pkg/metrics"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 )
@@ -37,8 +38,8 @@ type Options struct {
 }
 
 // CacheOptions narrows the manager's cache to what the controllers read and strips managedFields
-// (pipeline.CacheOptions); every manager that runs Setup should use it.
-func CacheOptions(base cache.Options) cache.Options { return pipeline.CacheOptions(base) }
+// (the cache package's Options); every manager that runs Setup should use it.
+func CacheOptions(base cache.Options) cache.Options { return opcache.Options(base) }
 
 // Setup registers every controller with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {

@@ -895,6 +895,24 @@ func (a *Allocator) Worker(namespace, class, pod string) (Worker, bool) {
 	return Worker{Name: w.name, UID: w.uid, Ready: w.ready, Draining: w.draining, Allocated: w.allocated}, true
 }
 
+// DrainSeen says whether the allocator has seen the worker Pod of this UID draining, so that it
+// places nothing more on it, and if so whether a binding holds or may hold it: observed, or
+// reserved by a write the cache does not show yet, whatever its load.
+func (a *Allocator) DrainSeen(namespace, class, pod string, uid types.UID) (seen, held bool) {
+	s := a.ns(namespace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.classes[class]
+	if c == nil {
+		return false, false
+	}
+	w := c.workers[pod]
+	if w == nil || w.uid != uid || !w.draining {
+		return false, false
+	}
+	return true, w.allocated > 0 || len(s.pipelinesOnLocked(pod)) > 0
+}
+
 // Workers lists a class's workers by ordinal (for tests, the invariant checks and metrics).
 func (a *Allocator) Workers(namespace, class string) []Worker {
 	s := a.ns(namespace)

@@ -137,13 +137,8 @@ func TestIntegrationAutoscalerConflict(t *testing.T) {
 	}
 	mustCreate(t, mine)
 	before := getHPA(t, ns, "green")
-	// The HPA must be in the operator's cache before the class comes: otherwise the class's first
-	// reconcile, reading a cache that lags the API server, tries to create its HPA, which the API
-	// server refuses (AlreadyExists); the next reconcile finds the conflict. This test is about an
-	// HPA the operator knows of, so it waits, and then no write of any kind is allowed.
-	eventually(t, "the hand-made HPA in the operator's cache", func() error {
-		return envCache.Get(context.Background(), key, &autoscalingv2.HorizontalPodAutoscaler{})
-	})
+	// The hand-made HPA has no class label, so it never enters the operator's cache: the class
+	// must find it by its read past the cache, and write nothing at all.
 
 	mustCreate(t, fixtures.MakeWorkerClass(ns, "green").Capacity(15).Autoscaling(1, 5).Obj())
 	eventually(t, "AutoscalerReady False AutoscalerConflict", func() error {
@@ -175,8 +170,8 @@ func TestIntegrationAutoscalerConflict(t *testing.T) {
 		t.Errorf("condition after more reconciles %+v", c)
 	}
 
-	// Once the hand-made HPA is gone, the class creates its own: the HPA's delete event alone
-	// wakes it (nothing else changes).
+	// Once the hand-made HPA is gone, the class creates its own: it looks again by itself, since
+	// the removal of an HPA outside its cache sends it no event (nothing else changes).
 	if err := envK8s.Delete(context.Background(), after); err != nil {
 		t.Fatal(err)
 	}
@@ -190,9 +185,46 @@ func TestIntegrationAutoscalerConflict(t *testing.T) {
 		if err := envK8s.Get(context.Background(), key, hpa); err != nil {
 			return err
 		}
-		if !metav1.IsControlledBy(hpa, wc) || hpa.Spec.ScaleTargetRef.Kind != "WorkerSet" {
-			return fmt.Errorf("HPA owners %v target %+v", hpa.OwnerReferences, hpa.Spec.ScaleTargetRef)
+		if !metav1.IsControlledBy(hpa, wc) || hpa.Spec.ScaleTargetRef.Kind != "WorkerSet" || hpa.Labels[schedulingv1alpha1.WorkerClassLabel] != "green" {
+			return fmt.Errorf("HPA owners %v target %+v labels %v", hpa.OwnerReferences, hpa.Spec.ScaleTargetRef, hpa.Labels)
 		}
 		return nil
 	})
+}
+
+// TestIntegrationAutoscalerOwnHPAWithoutLabel: an HPA the class owns that lacks the class label
+// (made before the operator labelled its HPAs) is outside the operator's cache. The class must
+// find it past the cache and take it up with one patch that labels it, neither failing on
+// AlreadyExists nor replacing it.
+func TestIntegrationAutoscalerOwnHPAWithoutLabel(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	key := types.NamespacedName{Namespace: ns, Name: "green"}
+	mustCreate(t, fixtures.MakeWorkerClass(ns, "green").Capacity(15).Obj())
+	wc := getClass(t, ns, "green")
+	old := workerclass.DesiredHPA(fixtures.MakeWorkerClass(ns, "green").Capacity(15).Autoscaling(1, 4).Obj())
+	old.Labels = nil
+	old.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(wc, schedulingv1alpha1.GroupVersion.WithKind("WorkerClass"))}
+	mustCreate(t, old)
+
+	cur := getClass(t, ns, "green")
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Autoscaling = &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 6}
+	if err := envK8s.Patch(context.Background(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "AutoscalerReady True on the same HPA, labelled, following the class", func() error {
+		c := meta.FindStatusCondition(getClass(t, ns, "green").Status.Conditions, schedulingv1alpha1.WorkerClassAutoscalerReady)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != schedulingv1alpha1.ReasonAutoscalerSynced {
+			return fmt.Errorf("condition %+v", c)
+		}
+		hpa := getHPA(t, ns, "green")
+		if hpa.UID != old.UID || hpa.Labels[schedulingv1alpha1.WorkerClassLabel] != "green" || hpa.Spec.MaxReplicas != 6 {
+			return fmt.Errorf("HPA uid %s (was %s), labels %v, maxReplicas %d", hpa.UID, old.UID, hpa.Labels, hpa.Spec.MaxReplicas)
+		}
+		return nil
+	})
+	if got := hpaWrites.of(key); slices.Contains(got, "create") {
+		t.Errorf("HPA writes %v: the class tried to create an HPA it already owns", got)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/binding"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
@@ -44,7 +45,7 @@ func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
 	svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
 	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
 
-	out, err := trimService(svc)
+	out, err := opcache.TrimService(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
 		},
 	}
 	before := binding.ReadyEndpointPods([]discoveryv1.EndpointSlice{*slice.DeepCopy()})
-	out, err := trimEndpointSlice(slice)
+	out, err := opcache.TrimEndpointSlice(slice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,36 +91,6 @@ func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
 	}
 	if got.Ports != nil || got.Endpoints[0].Addresses != nil || got.Endpoints[0].NodeName != nil || got.OwnerReferences != nil || got.ManagedFields != nil {
 		t.Errorf("what no controller reads must go: %+v", got)
-	}
-}
-
-func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
-	doc := `{"pipeline": "p"}`
-	cm := &corev1.ConfigMap{ObjectMeta: cachedMeta("p-routes"), Data: map[string]string{schedulingv1alpha1.RoutesKey: doc}, BinaryData: map[string][]byte{"x": []byte("y")}}
-	out, err := digestConfigMap(cm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := out.(*corev1.ConfigMap)
-	for _, tc := range []struct {
-		name       string
-		read, want string
-		same       bool
-	}{
-		{"the cache's digest of the same document", got.Data[schedulingv1alpha1.RoutesKey], doc, true},
-		{"the value itself, read past the cache", doc, doc, true},
-		{"the cache's digest of another document", got.Data[schedulingv1alpha1.RoutesKey], `{"pipeline": "q"}`, false},
-		{"another value read past the cache", `{}`, doc, false},
-	} {
-		if holdsData(tc.read, tc.want) != tc.same {
-			t.Errorf("%s: holdsData = %v, want %v", tc.name, !tc.same, tc.same)
-		}
-	}
-	if got.Data[schedulingv1alpha1.RoutesKey] == doc || got.BinaryData != nil || got.ManagedFields != nil {
-		t.Errorf("the cached ConfigMap must hold digests only: %+v", got)
-	}
-	if !metav1.IsControlledBy(got, &metav1.ObjectMeta{UID: "uid-b"}) {
-		t.Error("the owner must stay: syncRoutes reports a ConfigMap in the way by it")
 	}
 }
 
@@ -141,7 +112,7 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 				return err
 			}
 			if cm, ok := obj.(*corev1.ConfigMap); ok {
-				_, err := digestConfigMap(cm) // as the operator's cache holds it
+				_, err := opcache.DigestConfigMap(cm) // as the operator's cache holds it
 				return err
 			}
 			return nil

@@ -17,6 +17,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/binding"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 )
 
 // errRoutesInTheWay is wrapped by the error syncRoutes returns when a ConfigMap of the routes'
@@ -169,7 +170,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: binding.InTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
-	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && holdsData(cur.Data[schedulingv1alpha1.RoutesKey], string(doc)) {
+	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && opcache.HoldsData(cur.Data[schedulingv1alpha1.RoutesKey], string(doc)) {
 		return nil
 	}
 	patch := client.MergeFrom(cur.DeepCopy())

@@ -1,10 +1,11 @@
 package pipeline
 
 import (
-	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
-	"github.com/conveyor-dev/conveyor/test/fixtures"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // Snapshot builders for the decide, plan and status tables: a pipeline in namespace ns whose

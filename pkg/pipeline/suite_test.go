@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 	"github.com/conveyor-dev/conveyor/pkg/workerset"
 	"github.com/conveyor-dev/conveyor/test/testenv"
@@ -55,7 +56,7 @@ func startSuite(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	ctrl.SetLogger(testenv.Logger())
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, Cache: CacheOptions(cache.Options{})})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, Cache: opcache.Options(cache.Options{})})
 	if err != nil {
 		return err
 	}

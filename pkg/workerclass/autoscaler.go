@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,17 +46,18 @@ func Utilization(l ClassLoad) (int64, bool) {
 	return (l.Requested*100 + total - 1) / total, true
 }
 
-// desiredHPA is the HorizontalPodAutoscaler of a class with spec.autoscaling: it scales the
+// DesiredHPA is the HorizontalPodAutoscaler of a class with spec.autoscaling: it scales the
 // class's WorkerSet through /scale so that each worker carries capacity × targetUtilization / 100
 // of the requested load. Its metric is the Object metric MetricUtilization of the class with a
 // Value target of targetUtilization: the HPA controller wants ceil(ready × utilization / target)
 // workers, which is ceil(requested / (capacity × targetUtilization / 100)), the class's
 // status.desiredWorkers, and both numbers it shows are whole percentages.
-func desiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPodAutoscaler {
+func DesiredHPA(wc *schedulingv1alpha1.WorkerClass) *autoscalingv2.HorizontalPodAutoscaler {
 	a := wc.Spec.Autoscaling
 	target := resource.NewQuantity(int64(targetUtilization(wc)), resource.DecimalSI)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace},
+		// The class label is what the operator's cache selects HPAs by.
+		ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace, Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: wc.Name}},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
 				APIVersion: appsv1alpha1.GroupVersion.String(), Kind: "WorkerSet", Name: schedulingv1alpha1.WorkerSetOf(wc),
@@ -101,8 +103,14 @@ func setHPASpec(spec, want *autoscalingv2.HorizontalPodAutoscalerSpec) {
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
 func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
+	key := types.NamespacedName{Namespace: wc.Namespace, Name: wc.Name}
 	existing := &autoscalingv2.HorizontalPodAutoscaler{}
-	err = r.Get(ctx, types.NamespacedName{Namespace: wc.Namespace, Name: wc.Name}, existing)
+	err = r.Get(ctx, key, existing)
+	if apierrors.IsNotFound(err) && wc.Spec.Autoscaling != nil && r.APIReader != nil {
+		// The cache holds only HPAs with the class label. Before a create, one read past it finds
+		// an HPA in the way, or the class's own from before the operator labelled its HPAs.
+		err = r.APIReader.Get(ctx, key, existing)
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, "", "", err
 	}
@@ -120,19 +128,44 @@ func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.
 		return false, schedulingv1alpha1.ReasonAutoscalerConflict,
 			fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
 	}
-	want := desiredHPA(wc)
-	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace}}
-	// CreateOrPatch writes only when the mutation changed the object it read: setting only the
-	// fields the operator owns leaves what the API server defaulted as it is, so an HPA that
-	// matches the class is not written again on every reconcile.
-	if _, err := controllerutil.CreateOrPatch(ctx, r.Client, hpa, func() error {
-		setHPASpec(&hpa.Spec, &want.Spec)
-		return controllerutil.SetControllerReference(wc, hpa, r.Scheme())
-	}); err != nil {
-		return false, "", "", fmt.Errorf("write autoscaler: %w", err)
+	want := DesiredHPA(wc)
+	if err := r.writeHPA(ctx, wc, want, existing, found); err != nil {
+		return false, "", "", err
 	}
 	perWorker := strconv.FormatFloat(float64(wc.Spec.Capacity)*float64(targetUtilization(wc))/100, 'f', -1, 64)
 	return true, schedulingv1alpha1.ReasonAutoscalerSynced,
 		fmt.Sprintf("HorizontalPodAutoscaler %s scales WorkerSet %s between %d and %d workers to keep them at %d%% of their capacity (%s documents/s each)",
 			wc.Name, schedulingv1alpha1.WorkerSetOf(wc), *want.Spec.MinReplicas, want.Spec.MaxReplicas, targetUtilization(wc), perWorker), nil
+}
+
+// writeHPA creates the class's HPA, or patches the one it owns when the fields the operator owns
+// differ: setting only those leaves what the API server defaulted as it is, so an HPA that matches
+// the class is not written again on every reconcile.
+func (r *Reconciler) writeHPA(ctx context.Context, wc *schedulingv1alpha1.WorkerClass, want, existing *autoscalingv2.HorizontalPodAutoscaler, found bool) error {
+	hpa := existing
+	if !found {
+		hpa = &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace}}
+	}
+	before := hpa.DeepCopy()
+	setHPASpec(&hpa.Spec, &want.Spec)
+	if hpa.Labels == nil {
+		hpa.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		hpa.Labels[k] = v
+	}
+	if err := controllerutil.SetControllerReference(wc, hpa, r.Scheme()); err != nil {
+		return fmt.Errorf("write autoscaler: %w", err)
+	}
+	switch {
+	case !found:
+		if err := r.Create(ctx, hpa); err != nil {
+			return fmt.Errorf("write autoscaler: %w", err)
+		}
+	case !apiequality.Semantic.DeepEqual(before, hpa):
+		if err := r.Patch(ctx, hpa, client.MergeFrom(before)); err != nil {
+			return fmt.Errorf("write autoscaler: %w", err)
+		}
+	}
+	return nil
 }

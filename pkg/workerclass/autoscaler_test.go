@@ -18,7 +18,7 @@ func TestDesiredHPA(t *testing.T) {
 		Spec: schedulingv1alpha1.WorkerClassSpec{Capacity: 15, TargetUtilization: 70, WorkerSetName: "green-workers",
 			Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MinReplicas: ptr.To[int32](2), MaxReplicas: 9, ScaleDownStabilizationSeconds: ptr.To[int32](15)}},
 	}
-	hpa := desiredHPA(wc)
+	hpa := DesiredHPA(wc)
 	m := hpa.Spec.Metrics[0].Object
 	if m.Target.Type != autoscalingv2.ValueMetricType || m.Target.AverageValue != nil || m.Target.Value == nil || m.Target.Value.String() != "70" {
 		t.Errorf("target %+v, want the whole Value 70 (targetUtilization)", m.Target)
@@ -41,21 +41,21 @@ func TestSetHPASpecKeepsDefaults(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "green", Namespace: "ns"},
 		Spec:       schedulingv1alpha1.WorkerClassSpec{Capacity: 15, Autoscaling: &schedulingv1alpha1.WorkerClassAutoscaling{MaxReplicas: 5}},
 	}
-	served := desiredHPA(wc).Spec.DeepCopy()
+	served := DesiredHPA(wc).Spec.DeepCopy()
 	served.Behavior.ScaleDown.SelectPolicy = ptr.To(autoscalingv2.MaxChangePolicySelect)
 	served.Behavior.ScaleDown.Policies = []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}
 	served.Behavior.ScaleUp = &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0), SelectPolicy: ptr.To(autoscalingv2.MaxChangePolicySelect),
 		Policies: []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 15}, {Type: autoscalingv2.PercentScalingPolicy, Value: 100, PeriodSeconds: 15}}}
 
 	got := served.DeepCopy()
-	setHPASpec(got, &desiredHPA(wc).Spec)
+	setHPASpec(got, &DesiredHPA(wc).Spec)
 	if !apiequality.Semantic.DeepEqual(got, served) {
 		t.Errorf("setHPASpec changed an HPA that matches the class:\n got %+v\nwant %+v", got, served)
 	}
 
 	wc.Spec.Autoscaling.MaxReplicas = 7
 	wc.Spec.Autoscaling.ScaleDownStabilizationSeconds = ptr.To[int32](30)
-	setHPASpec(got, &desiredHPA(wc).Spec)
+	setHPASpec(got, &DesiredHPA(wc).Spec)
 	if got.MaxReplicas != 7 || *got.Behavior.ScaleDown.StabilizationWindowSeconds != 30 {
 		t.Errorf("max %d window %d, want 7 and 30", got.MaxReplicas, *got.Behavior.ScaleDown.StabilizationWindowSeconds)
 	}
@@ -64,8 +64,8 @@ func TestSetHPASpecKeepsDefaults(t *testing.T) {
 	}
 
 	empty := &autoscalingv2.HorizontalPodAutoscalerSpec{}
-	setHPASpec(empty, &desiredHPA(wc).Spec)
-	if want := desiredHPA(wc).Spec; !apiequality.Semantic.DeepEqual(*empty, want) {
+	setHPASpec(empty, &DesiredHPA(wc).Spec)
+	if want := DesiredHPA(wc).Spec; !apiequality.Semantic.DeepEqual(*empty, want) {
 		t.Errorf("setHPASpec on a new HPA:\n got %+v\nwant %+v", *empty, want)
 	}
 }

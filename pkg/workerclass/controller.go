@@ -32,12 +32,19 @@ import (
 // again.
 const raceRequeue = 100 * time.Millisecond
 
+// inTheWayRecheck is how often an HPA in the way of the class's own is looked at again: it lacks the
+// class label, so it is outside the cache and its removal sends no event.
+const inTheWayRecheck = 15 * time.Second
+
 // Reconciler reports a WorkerClass's workers, the load pipelines request of it (the
 // autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it. The
 // numbers come from the Allocator's counters; the status is written at most about once per
 // StatusInterval while they change, and once more when they settle.
 type Reconciler struct {
 	client.Client
+	// APIReader reads past the cache, which holds only HPAs with the class label: an HPA in the
+	// way of the class's own, or one the class owns that has no label yet, is found through it.
+	APIReader client.Reader
 	Allocator Loads
 	// StatusInterval is the least time between two status writes of one class that change only
 	// its numbers; default one second.
@@ -132,6 +139,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassWorkerSetReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
 	autoscaled, reason, msg, syncErr := r.syncAutoscaler(ctx, wc)
+	var recheck time.Duration
+	if reason == schedulingv1alpha1.ReasonAutoscalerConflict {
+		// An HPA in the way may be outside the cache: its removal sends no event.
+		recheck = inTheWayRecheck
+	}
 	if syncErr != nil {
 		st.ObservedGeneration = wc.Status.ObservedGeneration
 		reason, msg = schedulingv1alpha1.ReasonAutoscalerWriteFailed, syncErr.Error()
@@ -142,7 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: schedulingv1alpha1.WorkerClassAutoscalerReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: wc.Generation})
 	if apiequality.Semantic.DeepEqual(wc.Status, st) {
-		return ctrl.Result{}, syncErr
+		return conveyorstatus.Result(ctrl.Result{RequeueAfter: recheck}, syncErr)
 	}
 	key := client.ObjectKeyFromObject(wc)
 	if wait := r.debounce(key, wc.Status, st); wait > 0 {
@@ -157,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.mu.Lock()
 	r.lastWrite[key] = r.Now()
 	r.mu.Unlock()
-	return ctrl.Result{}, syncErr
+	return conveyorstatus.Result(ctrl.Result{RequeueAfter: recheck}, syncErr)
 }
 
 // debounce says how long to wait before writing a status that differs from the last one only in

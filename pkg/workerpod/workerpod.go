@@ -1,6 +1,6 @@
-// Package workerpod answers the questions every controller asks of a worker Pod: is it Ready, is
-// its WorkerSet about to delete it, and what is its ordinal. The WorkerSet, Pipeline, binding and
-// hold controllers and kubectl conveyor all read a Pod through these, so they never disagree.
+// Package workerpod answers the questions every controller asks of a worker Pod, the same way
+// everywhere: is it Ready, is its WorkerSet about to delete it, which ordinal is it. It imports only
+// the API packages, so that every controller and the kubectl plugin may use it.
 package workerpod
 
 import (
@@ -11,7 +11,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
-// ReadyCondition is the Pod's Ready condition, nil when it has none.
+// ReadyCondition returns the Pod's Ready condition, or nil when it has none yet.
 func ReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == corev1.PodReady {
@@ -21,25 +21,29 @@ func ReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-// Ready says the Pod is Running, Ready and not terminating: a worker that may take stages.
-func Ready(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
+// RunningAndReady says the Pod is Running and its Ready condition is True, whether or not it is
+// terminating (a WorkerSet counts a terminating Pod apart).
+func RunningAndReady(pod *corev1.Pod) bool {
 	c := ReadyCondition(pod)
-	return c != nil && c.Status == corev1.ConditionTrue
+	return pod.Status.Phase == corev1.PodRunning && c != nil && c.Status == corev1.ConditionTrue
 }
 
-// PreparingDelete says the Pod's WorkerSet is about to delete it and waits for its holds to go
-// (docs/workerset.md, "Drain before scale-down").
+// Ready says the Pod can take work: Running, Ready and not terminating.
+func Ready(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && RunningAndReady(pod)
+}
+
+// PreparingDelete says the Pod's WorkerSet is draining it before it deletes it (label
+// apps.conveyor.dev/lifecycle=PreparingDelete).
 func PreparingDelete(pod *corev1.Pod) bool {
 	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }
 
-// Ordinal reads the Pod's ordinal from its pod-index label; -1 when absent or not a number.
+// Ordinal is the Pod's ordinal in its WorkerSet, from its apps.conveyor.dev/pod-index label; -1
+// when the label is absent or not a number.
 func Ordinal(pod *corev1.Pod) int {
 	n, err := strconv.Atoi(pod.Labels[appsv1alpha1.PodIndexLabel])
-	if err != nil {
+	if err != nil || n < 0 {
 		return -1
 	}
 	return n

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -127,20 +128,79 @@ func TestIntegrationOrphanDeleteAndRecreate(t *testing.T) {
 	if err := envK8s.Delete(context.Background(), foreign); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "o-3 is the set's and ReplicaFailure is False", func() error {
+	waitOwnPodNoFailure(t, set, "o-3")
+}
+
+// waitOwnPodNoFailure waits until the set controls the Pod of the name and its ReplicaFailure is
+// False: a Pod that held the name is gone and the set made its own.
+func waitOwnPodNoFailure(t *testing.T, set *appsv1alpha1.WorkerSet, name string) {
+	t.Helper()
+	eventually(t, name+" is the set's and ReplicaFailure is False", func() error {
 		pod := &corev1.Pod{}
-		if err := envK8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "o-3"}, pod); err != nil {
+		if err := envK8s.Get(context.Background(), client.ObjectKey{Namespace: set.Namespace, Name: name}, pod); err != nil {
 			return err
 		}
 		if !metav1.IsControlledBy(pod, set) {
-			return fmt.Errorf("o-3 owners %v", pod.OwnerReferences)
+			return fmt.Errorf("%s owners %v", name, pod.OwnerReferences)
 		}
-		c := meta.FindStatusCondition(getSet(t, ns, "o").Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
+		c := meta.FindStatusCondition(getSet(t, set.Namespace, set.Name).Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
 		if c == nil || c.Status != metav1.ConditionFalse {
 			return fmt.Errorf("ReplicaFailure %+v", c)
 		}
 		return nil
 	})
+}
+
+// TestIntegrationUnlabelledPodInTheWay: a hand-made Pod with one of the set's names but without
+// its label is outside the operator's cache. The set must find it when its create meets
+// AlreadyExists, report it (ReplicaFailure naming it, and a Warning Event), leave it alone (no
+// adoption, no delete), go on with its other ordinals, and create its own Pod once it is gone.
+func TestIntegrationUnlabelledPodInTheWay(t *testing.T) {
+	needEnv(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	handMade := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns, Labels: map[string]string{"app": "by-hand"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	if err := envK8s.Create(ctx, handMade); err != nil {
+		t.Fatal(err)
+	}
+	createSet(t, ns, newSet("web").Replicas(3).Obj())
+	wantPods(t, ns, "web-0", "web-1", "web-2")
+	eventually(t, "ReplicaFailure names web-1", func() error {
+		c := meta.FindStatusCondition(getSet(t, ns, "web").Status.Conditions, appsv1alpha1.WorkerSetReplicaFailure)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != appsv1alpha1.ReasonPodConflict ||
+			!strings.Contains(c.Message, "Pod web-1 has no controller but lacks the label "+appsv1alpha1.WorkerSetLabel+"=web") {
+			return fmt.Errorf("ReplicaFailure %+v", c)
+		}
+		return nil
+	})
+	eventually(t, "a Warning Event names web-1", func() error {
+		evs := &eventsv1.EventList{}
+		if err := envK8s.List(ctx, evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == eventFailedCreate && e.Regarding.Name == "web" && strings.Contains(e.Note, "Pod web-1") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no FailedCreate Event for web-1 among %d Events", len(evs.Items))
+	})
+	pod := &corev1.Pod{}
+	if err := envK8s.Get(ctx, client.ObjectKeyFromObject(handMade), pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.UID != handMade.UID || len(pod.OwnerReferences) != 0 || pod.DeletionTimestamp != nil || pod.Labels[appsv1alpha1.WorkerSetLabel] != "" {
+		t.Fatalf("the hand-made Pod was touched: owners %v, deletion %v, labels %v", pod.OwnerReferences, pod.DeletionTimestamp, pod.Labels)
+	}
+
+	// Its removal sends the set no event (it is outside the cache): the set looks again by itself.
+	if err := envK8s.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitOwnPodNoFailure(t, getSet(t, ns, "web"), "web-1")
 }
 
 func revNames(revs []appsv1.ControllerRevision) []string {

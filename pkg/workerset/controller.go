@@ -30,6 +30,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 const (
@@ -54,7 +55,11 @@ const (
 // Reconciler reconciles WorkerSets.
 type Reconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	// APIReader reads past the cache: the cache holds only Pods with a WorkerSet's label and
+	// revisions with a set's label, so the object that holds a name a create found taken may be
+	// outside it. SetupWithManager uses the manager's when nil.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// MaxConcurrentReconciles is how many sets reconcile at once (default 1).
 	MaxConcurrentReconciles int
 	// Now is the clock; tests may replace it.
@@ -79,6 +84,9 @@ type Reconciler struct {
 
 // SetupWithManager registers the controller, its index and its watches with the manager.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	r.init()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("index pods by workerset: %w", err)
@@ -100,7 +108,11 @@ func (r *Reconciler) init() {
 	}
 	r.expectations = newExpectations(r.Now)
 	r.pace = newPace()
-	r.control = &podControl{client: r.Client, recorder: r.Recorder, expectations: r.expectations}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	r.control = &podControl{client: r.Client, reader: reader, recorder: r.Recorder, expectations: r.expectations}
 }
 
 func indexPodOwner(obj client.Object) []string {
@@ -156,7 +168,7 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 }
 
 // podChangedForSet says whether a Pod update can change what its set decides or reports: its
-// identity, owners, labels (revision, drain, holds), deletion, phase, or readiness and when that
+// identity, owners, labels (revision, drain, holds), the drain's acknowledgement, deletion, phase, or readiness and when that
 // last changed (minReadySeconds counts from it). Anything else, such as a container's restart count
 // or a new IP, triggers no reconcile.
 func podChangedForSet(oldObj, newObj client.Object) bool {
@@ -166,17 +178,9 @@ func podChangedForSet(oldObj, newObj client.Object) bool {
 		return true
 	}
 	return o.UID != n.UID || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !maps.Equal(o.Labels, n.Labels) ||
+		o.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] != n.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] ||
 		!apiequality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) || o.Status.Phase != n.Status.Phase ||
-		!apiequality.Semantic.DeepEqual(readyCondition(o), readyCondition(n))
-}
-
-func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
+		!apiequality.Semantic.DeepEqual(workerpod.ReadyCondition(o), workerpod.ReadyCondition(n))
 }
 
 // podController is the key of the WorkerSet that controls the Pod, if one does.

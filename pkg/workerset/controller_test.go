@@ -222,6 +222,10 @@ func TestPodChangedForSet(t *testing.T) {
 		{"the Ready transition time", func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = metav1.Now() }, true},
 		{"the phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
 		{"a label (drain, hold, revision)", func(p *corev1.Pod) { p.Labels["predelete.conveyor.dev/pipelines"] = "true" }, true},
+		{"the drain's acknowledgement", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{appsv1alpha1.DrainAcknowledgedAnnotation: "2026-11-26T12:00:00Z"}
+		}, true},
+		{"another annotation", func(p *corev1.Pod) { p.Annotations = map[string]string{"note": "x"} }, false},
 		{"deletion", func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }, true},
 		{"owners", func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{Name: "w", UID: "s"}} }, true},
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // checkInvariants asserts what must hold for any plan, whatever the state:
@@ -78,6 +79,9 @@ type world struct {
 	claimsDeleted map[string]bool
 	// failures makes Ready Pods fail now and then.
 	failures bool
+	// bound are the Pods that carry a binding, labelled by the hold controller or not yet
+	// (TestSimulatedDrainWithHolds).
+	bound map[types.UID]bool
 }
 
 func (w *world) apply(p *plan) {
@@ -129,7 +133,7 @@ func (w *world) step() {
 			if w.rng.IntN(3) > 0 {
 				setPodState(pod, podReady)
 			}
-		case isRunningAndReady(pod):
+		case workerpod.RunningAndReady(pod):
 			if w.failures && w.rng.IntN(20) == 0 {
 				setPodState(pod, podFailed)
 			}
@@ -178,7 +182,7 @@ func TestSimulatedScaling(t *testing.T) {
 						t.Fatalf("did not converge: %d Pods for %d replicas", len(w.s.pods), replicas)
 					}
 					for o := range replicas {
-						if pod := w.s.pods[o]; pod == nil || !isRunningAndReady(pod) {
+						if pod := w.s.pods[o]; pod == nil || !workerpod.RunningAndReady(pod) {
 							t.Fatalf("did not converge: ordinal %d is %v", o, pod)
 						}
 					}

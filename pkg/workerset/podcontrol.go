@@ -42,7 +42,9 @@ const maxInFlight = 16
 // and claims. It records expectations before every Pod create and delete and every claim patch,
 // and settles them when a write fails.
 type podControl struct {
-	client       client.Client
+	client client.Client
+	// reader reads past the cache, for the object that holds a name a create found taken.
+	reader       client.Reader
 	recorder     events.EventRecorder
 	expectations *expectations
 }
@@ -193,16 +195,17 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate, done
 	}
 }
 
-// takenName looks at the Pod that holds a name the set just failed to create. If the set controls
-// it, the cache is merely behind. Otherwise it is reported as a conflict, and the creates of the
-// other ordinals go on: the set adopts the Pod once the cache shows it as an orphan with its
-// label, or waits for it to go.
+// takenName looks at the Pod that holds a name the set just failed to create, read past the cache:
+// a Pod without the set's label is not in it. If the set controls it, the cache is merely behind.
+// Otherwise it is reported as a conflict (the ReplicaFailure condition and an Event name it), and
+// the creates of the other ordinals go on: the set adopts the Pod once the cache shows it as an
+// orphan with its label, or waits for it to go. It never deletes the Pod.
 func (c *podControl) takenName(ctx context.Context, s *scope, name string, done *successes) error {
 	pod := &corev1.Pod{}
-	err := c.client.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, pod)
+	err := c.reader.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil // in the API but not yet in the cache: the next reconcile sees it
+		return nil // deleted since the create: the next reconcile creates it
 	case err != nil:
 		return fmt.Errorf("get pod %s after AlreadyExists: %w", name, err)
 	case metav1.IsControlledBy(pod, s.set):
@@ -286,11 +289,12 @@ func (c *podControl) startDrain(ctx context.Context, s *scope, pod *corev1.Pod) 
 	}
 	patched.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
 	patched.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = s.now.UTC().Format(time.RFC3339)
+	delete(patched.Annotations, appsv1alpha1.DrainAcknowledgedAnnotation) // a new mark needs a new acknowledgement
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		return fmt.Errorf("mark pod %s PreparingDelete: %w", pod.Name, err)
 	}
 	c.recorder.Eventf(s.set, pod, corev1.EventTypeNormal, eventDraining, "DrainPod",
-		"Pod %s in WorkerSet %s is PreparingDelete: deleting it once no %s label remains, or in %s", pod.Name, s.set.Name, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+		"Pod %s in WorkerSet %s is PreparingDelete: deleting it once the hold controller has acknowledged the mark and no %s label remains, or in %s", pod.Name, s.set.Name, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
 	return nil
 }
 
@@ -300,6 +304,7 @@ func (c *podControl) cancelDrain(ctx context.Context, s *scope, pod *corev1.Pod)
 	patch := client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})
 	delete(patched.Labels, appsv1alpha1.LifecycleLabel)
 	delete(patched.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+	delete(patched.Annotations, appsv1alpha1.DrainAcknowledgedAnnotation)
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		return fmt.Errorf("cancel drain of pod %s: %w", pod.Name, err)
 	}
@@ -370,12 +375,13 @@ func (e *revisionTakenError) Error() string {
 	return fmt.Sprintf("controller revision %s exists and is not the set's", e.existing.Name)
 }
 
-// revisionTaken looks at the revision that holds a name the set just failed to create. If the set
-// controls it, the cache is merely behind; otherwise the caller plans again knowing it (adopt it,
-// or bump the collision count).
+// revisionTaken looks at the revision that holds a name the set just failed to create, read past
+// the cache (which holds only revisions with a set's label). If the set controls it, the cache is
+// merely behind; otherwise the caller plans again knowing it (adopt it, or bump the collision
+// count).
 func (c *podControl) revisionTaken(ctx context.Context, s *scope, name string, createErr error) error {
 	existing := &appsv1.ControllerRevision{}
-	err := c.client.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, existing)
+	err := c.reader.Get(ctx, client.ObjectKey{Namespace: s.set.Namespace, Name: name}, existing)
 	switch {
 	case err != nil:
 		return fmt.Errorf("create controller revision %s: %w (and get it: %w)", name, createErr, err)

@@ -57,7 +57,7 @@ func TestClaimOwnerFailureHoldsBackThePodDelete(t *testing.T) {
 		name  string
 		state func(pods []*corev1.Pod)
 	}{
-		{"rolling update", func(pods []*corev1.Pod) { atRevision("old", pods[2:]) }},
+		{"rolling update", func(pods []*corev1.Pod) { setPodState(pods[2], podDrained); atRevision("old", pods[2:]) }},
 		{"failed Pod", func(pods []*corev1.Pod) { setPodState(pods[2], podFailed) }},
 		{"broken rollout", func(pods []*corev1.Pod) { setPodState(pods[2], podPending); atRevision("old", pods[2:]) }},
 	} {
@@ -79,7 +79,7 @@ func TestClaimOwnerFailureHoldsBackThePodDelete(t *testing.T) {
 					return c.Patch(ctx, obj, patch, opts...)
 				},
 			}, append(storedCopies(pods...), storedCopies(claims...)...)...)
-			control := &podControl{client: c, recorder: events.NewFakeRecorder(100), expectations: newExpectations(func() time.Time { return testNow })}
+			control := &podControl{client: c, reader: c, recorder: events.NewFakeRecorder(100), expectations: newExpectations(func() time.Time { return testNow })}
 
 			p := decide(s)
 			checkInvariants(t, s, p)

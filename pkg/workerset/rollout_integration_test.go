@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // setImage changes the set's template image: a new revision.
@@ -47,7 +48,7 @@ func kubelet(t *testing.T, ns string) {
 			if err := envK8s.List(ctx, pods, client.InNamespace(ns)); err == nil {
 				for i := range pods.Items {
 					pod := &pods.Items[i]
-					if pod.DeletionTimestamp != nil || isRunningAndReady(pod) || pod.Spec.Containers[0].Image == "bad" {
+					if pod.DeletionTimestamp != nil || workerpod.RunningAndReady(pod) || pod.Spec.Containers[0].Image == "bad" {
 						continue
 					}
 					pod.Status.Phase = corev1.PodRunning
@@ -74,7 +75,7 @@ func wantImages(t *testing.T, ns string, want map[string]string) {
 	eventually(t, fmt.Sprintf("images %v", want), func() error {
 		got := podImages(t, ns)
 		for name, pod := range listPods(t, ns) {
-			if !isRunningAndReady(pod) && want[name] != "bad" {
+			if !workerpod.RunningAndReady(pod) && want[name] != "bad" {
 				return fmt.Errorf("%s not ready; images %v", name, got)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // computeStatus derives the whole status of a set from the scope, the plan and the error of the
@@ -30,7 +31,7 @@ func computeStatus(s *scope, p *plan, writeErr error) (appsv1alpha1.WorkerSetSta
 			continue
 		}
 		st.Replicas++
-		if isRunningAndReady(pod) {
+		if workerpod.RunningAndReady(pod) {
 			st.ReadyReplicas++
 		}
 		available, wait := isAvailable(pod, s.set.Spec.MinReadySeconds, s.now)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // createsPerReconcile is the most Pods one reconcile builds and creates (through the create window,
@@ -193,7 +194,7 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.deletes = append(p.deletes, podDelete{pod, deleteFinished})
 			waiting = true
 		default:
-			if !isRunningAndReady(pod) {
+			if !workerpod.RunningAndReady(pod) {
 				waiting = true
 			}
 		}
@@ -248,38 +249,37 @@ func planCondemned(s *scope, p *plan, waiting bool) (condemnedCount, draining in
 	return len(condemned), draining
 }
 
-// drainAckWindow is how long a Pod stays PreparingDelete, at least, before a delete that no
-// predelete.conveyor.dev/ label holds back: the time the Pipeline controller and the hold
-// controller get to see the mark and to label the Pod for a binding placed on it just before. The
-// reconcile that our own mark triggers must not take the missing label as consent.
-const drainAckWindow = 5 * time.Second
-
 // drainThenDelete deletes a Pod once it has drained (docs/architecture.md, "Drain before
-// scale-down"): it marks the Pod PreparingDelete,
-// then deletes it once it has been marked for drainAckWindow and no predelete.conveyor.dev/ label
-// remains, or once the drain timeout has passed (a timeout of 0 deletes at once). It reports
+// scale-down"): it marks the Pod PreparingDelete, then deletes it once the hold controller has
+// acknowledged that mark (drainAcknowledged) and no predelete.conveyor.dev/ label remains, or once
+// the drain timeout has passed (a timeout of 0 deletes at once). The missing label alone is no
+// consent: the reconcile that the mark itself triggers runs before the hold controller has seen
+// it, and a binding placed on the Pod just before the mark may not be labelled yet. It reports
 // whether the Pod is still draining.
 func drainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) (draining bool) {
 	timeout := drainTimeout(s.set)
 	switch {
 	case timeout == 0:
-	case pod.Labels[appsv1alpha1.LifecycleLabel] != appsv1alpha1.LifecyclePreparingDelete:
+	case !workerpod.PreparingDelete(pod):
 		p.drains = append(p.drains, pod)
-		p.requeue(min(drainAckWindow, timeout))
+		p.requeue(timeout) // the acknowledgement's own watch event normally comes first
 		return true
-	case hasDeleteHolds(pod):
+	case hasDeleteHolds(pod) || !drainAcknowledged(pod):
 		if left := drainLeft(pod, timeout, s.now); left > 0 {
 			p.requeue(left)
-			return true
-		}
-	default:
-		if left := drainLeft(pod, min(drainAckWindow, timeout), s.now); left > 0 {
-			p.requeue(left) // no hold yet, but too soon to tell
 			return true
 		}
 	}
 	p.deletes = append(p.deletes, podDelete{pod, reason})
 	return false
+}
+
+// drainAcknowledged says the hold controller has acknowledged the Pod's current PreparingDelete
+// mark: its acknowledgement names the mark's start, so one left from an earlier, cancelled drain
+// does not count.
+func drainAcknowledged(pod *corev1.Pod) bool {
+	since := pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation]
+	return since != "" && pod.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] == since
 }
 
 // planUpdate replaces Pods that are not on the update revision. RollingUpdate goes from the highest
@@ -320,8 +320,8 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 	budget := updateBudget(s.set, replicas, unavailable, waiting)
 	replacing = map[types.UID]bool{}
 	for _, pod := range candidates {
-		broken := !isRunningAndReady(pod)
-		if isPreparingDelete(pod) && (broken || rolling) {
+		broken := !workerpod.RunningAndReady(pod)
+		if workerpod.PreparingDelete(pod) && (broken || rolling) {
 			replacing[pod.UID] = true // this strategy replaces it: its drain goes on
 		}
 		switch {
@@ -345,7 +345,7 @@ func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[typ
 // they keep their place in the budget; then the highest ordinal first.
 func updateOrder(set *appsv1alpha1.WorkerSet) func(a, b *corev1.Pod) int {
 	return func(a, b *corev1.Pod) int {
-		if da, db := isPreparingDelete(a), isPreparingDelete(b); da != db {
+		if da, db := workerpod.PreparingDelete(a), workerpod.PreparingDelete(b); da != db {
 			if da {
 				return -1
 			}
@@ -368,18 +368,17 @@ func updateBudget(set *appsv1alpha1.WorkerSet, replicas, unavailable int, waitin
 	return budget
 }
 
-// updateDrainThenDelete replaces a Pod for an update: at once when it carries no pipelines, after
-// a drain (drainThenDelete) when it has a predelete.conveyor.dev/ label or is already draining.
+// updateDrainThenDelete replaces a Pod for an update after a drain (drainThenDelete), as a
+// scale-down does: a Pod that shows no hold may still have a binding placed on it just before that
+// the hold controller has not labelled yet. A broken Pod (not Running and Ready) that shows no
+// hold and is not draining is replaced at once: nothing is placed on a Pod that is not Ready, and
+// the escape hatch must not wait.
 func updateDrainThenDelete(s *scope, p *plan, pod *corev1.Pod, reason deleteReason) {
-	if !hasDeleteHolds(pod) && !isPreparingDelete(pod) {
+	if reason == deleteBrokenRollout && !hasDeleteHolds(pod) && !workerpod.PreparingDelete(pod) {
 		p.deletes = append(p.deletes, podDelete{pod, reason})
 		return
 	}
 	drainThenDelete(s, p, pod, reason)
-}
-
-func isPreparingDelete(pod *corev1.Pod) bool {
-	return pod.Labels[appsv1alpha1.LifecycleLabel] == appsv1alpha1.LifecyclePreparingDelete
 }
 
 // progress is what the phases found still to do, for the Progressing condition.
@@ -397,7 +396,7 @@ func planProgress(s *scope, p *plan, pr progress) {
 		p.progressMessage = fmt.Sprintf("%d of %d Pods exist", existing(s, replicas), replicas)
 	case pr.draining > 0:
 		p.progressReason = appsv1alpha1.ReasonDraining
-		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are PreparingDelete, waiting for their %s labels to go or %s", pr.draining, replicas, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
+		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are PreparingDelete, waiting for the hold controller's acknowledgement and for their %s labels to go, or %s", pr.draining, replicas, appsv1alpha1.PreDeleteLabelPrefix, drainTimeout(s.set))
 	case pr.condemned > 0:
 		p.progressReason = appsv1alpha1.ReasonScalingDown
 		p.progressMessage = fmt.Sprintf("%d Pods above replicas %d are being deleted", pr.condemned, replicas)
@@ -496,7 +495,7 @@ func existing(s *scope, replicas int) int {
 func readyCount(s *scope, replicas int) int {
 	n := 0
 	for ordinal, pod := range s.pods {
-		if ordinal < replicas && isRunningAndReady(pod) {
+		if ordinal < replicas && workerpod.RunningAndReady(pod) {
 			n++
 		}
 	}
@@ -666,29 +665,16 @@ func isFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
 }
 
-func isRunningAndReady(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodRunning && podReadyCondition(pod) != nil && podReadyCondition(pod).Status == corev1.ConditionTrue
-}
-
-func podReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // isAvailable says the Pod has been Ready for minReadySeconds at now; if not yet, wait is how long
 // until it will be, provided it stays Ready.
 func isAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) (available bool, wait time.Duration) {
-	if !isRunningAndReady(pod) || pod.DeletionTimestamp != nil {
+	if !workerpod.RunningAndReady(pod) || pod.DeletionTimestamp != nil {
 		return false, 0
 	}
 	if minReadySeconds <= 0 {
 		return true, 0
 	}
-	readySince := podReadyCondition(pod).LastTransitionTime.Time
+	readySince := workerpod.ReadyCondition(pod).LastTransitionTime.Time
 	availableAt := readySince.Add(time.Duration(minReadySeconds) * time.Second)
 	if !now.Before(availableAt) {
 		return true, 0

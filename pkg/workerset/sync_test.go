@@ -33,8 +33,9 @@ const (
 	podReady
 	podFailed
 	podTerminating
-	podDrained // Ready, and PreparingDelete since 10 s before testNow (past drainAckWindow)
-	podHeld    // drained, and held by a predelete label
+	podDrained // Ready, PreparingDelete since 10 s before testNow, the mark acknowledged
+	podHeld    // PreparingDelete since testNow, acknowledged, and held by a predelete label
+	podMarked  // Ready, PreparingDelete since testNow, not yet acknowledged
 )
 
 // podsOf builds Pods of the set at the given ordinals, all in one state.
@@ -61,7 +62,7 @@ func setPodState(pod *corev1.Pod, state podState) {
 		pod.Status = corev1.PodStatus{Phase: corev1.PodFailed}
 	case podTerminating:
 		pod.DeletionTimestamp = ptr.To(metav1.NewTime(testNow))
-	case podDrained, podHeld:
+	case podDrained, podHeld, podMarked:
 		setPodState(pod, podReady)
 		pod.Labels[appsv1alpha1.LifecycleLabel] = appsv1alpha1.LifecyclePreparingDelete
 		since := testNow
@@ -69,6 +70,9 @@ func setPodState(pod *corev1.Pod, state podState) {
 			since = testNow.Add(-10 * time.Second)
 		}
 		pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: since.Format(time.RFC3339)}
+		if state != podMarked {
+			pod.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] = since.Format(time.RFC3339)
+		}
 		if state == podHeld {
 			pod.Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
 		}
@@ -305,31 +309,53 @@ func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
 	checkInvariants(t, s, p)
 }
 
-// TestDrainWaitsForTheHoldController: a Pod just marked PreparingDelete that has no predelete
-// label yet is not deleted by the reconcile its own mark triggers: the hold controller may not
-// yet have labelled it for a binding placed on it just before the mark. It goes once it has been
-// marked for drainAckWindow with still no label.
-func TestDrainWaitsForTheHoldController(t *testing.T) {
-	set := newSet("w").Replicas(2).Obj()
-	marked := podsOf(set, podDrained, 2)
-	marked[0].Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = testNow.Format(time.RFC3339)
-	s := scopeFor(set, concat(podsOf(set, podReady, 0, 1), marked))
-
-	p := decide(s)
-	if len(p.deletes) != 0 || p.requeueAfter != drainAckWindow || p.progressReason != appsv1alpha1.ReasonDraining {
-		t.Errorf("just marked: deletes %v requeue %v reason %s, want none, %v, Draining", p.deleteNames(), p.requeueAfter, p.progressReason, drainAckWindow)
+// TestDrainWaitsForTheAcknowledgement: a PreparingDelete Pod with no predelete label is deleted
+// only once the hold controller has acknowledged its current mark, however long ago the mark was
+// made, or once the drain timeout has passed: the missing label is no consent, since a binding
+// placed on the Pod just before the mark may not be labelled yet.
+func TestDrainWaitsForTheAcknowledgement(t *testing.T) {
+	at := func(d time.Duration) string { return testNow.Add(d).Format(time.RFC3339) }
+	short := newSet("w").Replicas(2).Obj()
+	short.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: ptr.To[int32](2)}
+	tests := []struct {
+		name        string
+		set         *appsv1alpha1.WorkerSet
+		since, ack  string // the mark's start and the acknowledgement, "" for none
+		hold        bool
+		now         time.Duration // after testNow
+		wantDelete  bool
+		wantRequeue time.Duration
+	}{
+		{"just marked, not acknowledged", newSet("w").Replicas(2).Obj(), at(0), "", false, 0, false, 60 * time.Second},
+		{"marked long ago, not acknowledged", newSet("w").Replicas(2).Obj(), at(0), "", false, 30 * time.Second, false, 30 * time.Second},
+		{"acknowledged, no hold", newSet("w").Replicas(2).Obj(), at(0), at(0), false, time.Second, true, 0},
+		{"acknowledged at once, no hold", newSet("w").Replicas(2).Obj(), at(0), at(0), false, 0, true, 0},
+		{"the acknowledgement of an earlier mark", newSet("w").Replicas(2).Obj(), at(0), at(-time.Hour), false, time.Second, false, 59 * time.Second},
+		{"acknowledged with a hold", newSet("w").Replicas(2).Obj(), at(0), at(0), true, time.Second, false, 59 * time.Second},
+		{"not acknowledged, the drain timeout passed", newSet("w").Replicas(2).Obj(), at(0), "", false, time.Minute, true, 0},
+		{"held, the drain timeout passed", newSet("w").Replicas(2).Obj(), at(0), at(0), true, time.Minute, true, 0},
+		{"a short drain timeout bounds the wait", short, at(0), "", false, 2 * time.Second, true, 0},
 	}
-	checkInvariants(t, s, p)
-
-	s.now = testNow.Add(drainAckWindow)
-	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) {
-		t.Errorf("marked %v ago with no hold: deletes %v, want w-2", drainAckWindow, p.deleteNames())
-	}
-
-	// A drain timeout shorter than the window bounds the wait.
-	set.Spec.ScaleDown = &appsv1alpha1.WorkerSetScaleDown{DrainTimeoutSeconds: ptr.To[int32](2)}
-	s.now = testNow.Add(2 * time.Second)
-	if p = decide(s); !cmp.Equal(p.deleteNames(), []string{"w-2"}) {
-		t.Errorf("drainTimeoutSeconds 2, marked 2s ago: deletes %v, want w-2", p.deleteNames())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			marked := podsOf(tt.set, podMarked, 2)
+			marked[0].Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation] = tt.since
+			if tt.ack != "" {
+				marked[0].Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] = tt.ack
+			}
+			if tt.hold {
+				marked[0].Labels[appsv1alpha1.PreDeleteLabelPrefix+"pipelines"] = "true"
+			}
+			s := scopeFor(tt.set, concat(podsOf(tt.set, podReady, 0, 1), marked))
+			s.now = testNow.Add(tt.now)
+			p := decide(s)
+			if got := len(p.deletes) == 1; got != tt.wantDelete {
+				t.Errorf("deletes %v, want w-2 deleted: %v", p.deleteNames(), tt.wantDelete)
+			}
+			if !tt.wantDelete && (p.requeueAfter != tt.wantRequeue || p.progressReason != appsv1alpha1.ReasonDraining) {
+				t.Errorf("requeue %v reason %s, want %v, Draining", p.requeueAfter, p.progressReason, tt.wantRequeue)
+			}
+			checkInvariants(t, s, p)
+		})
 	}
 }

@@ -11,10 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
 // atRevision puts Pods on a revision other than the scope's update revision "rev".
@@ -29,6 +31,18 @@ func deletesByReason(p *plan) map[deleteReason][]string {
 	out := map[deleteReason][]string{}
 	for _, d := range p.deletes {
 		out[d.reason] = append(out[d.reason], d.pod.Name)
+	}
+	return out
+}
+
+// drainMark files, in replacements, the Pods a plan marks PreparingDelete.
+const drainMark deleteReason = "DrainMark"
+
+// replacements is deletesByReason with the Pods the plan starts to drain under drainMark.
+func replacements(p *plan) map[deleteReason][]string {
+	out := deletesByReason(p)
+	for _, pod := range p.drains {
+		out[drainMark] = append(out[drainMark], pod.Name)
 	}
 	return out
 }
@@ -49,20 +63,22 @@ func TestDecideUpdate(t *testing.T) {
 		want map[deleteReason][]string
 	}{
 		{"highest ordinals first, maxUnavailable at a time", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
+			map[deleteReason][]string{drainMark: {"w-4", "w-3"}}},
+		{"drained and acknowledged Pods are deleted", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2)), atRevision("old", podsOf(r5, podDrained, 3, 4))),
 			map[deleteReason][]string{deleteUpdate: {"w-4", "w-3"}}},
 		{"a percentage rounds down: 40% of 5 is 2", pc5, atRevision("old", podsOf(pc5, podReady, 0, 1, 2, 3, 4)),
-			map[deleteReason][]string{deleteUpdate: {"w-4", "w-3"}}},
+			map[deleteReason][]string{drainMark: {"w-4", "w-3"}}},
 		{"an unavailable updated Pod uses up the budget", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), podsOf(r5, podPending, 4)),
-			map[deleteReason][]string{deleteUpdate: {"w-3"}}},
+			map[deleteReason][]string{drainMark: {"w-3"}}},
 		{"the partition keeps lower ordinals", p3, atRevision("old", podsOf(p3, podReady, 0, 1, 2, 3, 4)),
-			map[deleteReason][]string{deleteUpdate: {"w-4"}}},
+			map[deleteReason][]string{drainMark: {"w-4"}}},
 		{"nothing below the partition, even broken", p3, concat(atRevision("old", podsOf(p3, podPending, 0, 1, 2)), podsOf(p3, podReady, 3, 4)),
 			map[deleteReason][]string{}},
 		{"broken rollout: a not-Ready old Pod goes at once, beyond maxUnavailable", r5,
 			concat(podsOf(r5, podReady, 0), atRevision("bad", podsOf(r5, podPending, 1, 2, 3, 4))),
 			map[deleteReason][]string{deleteBrokenRollout: {"w-4", "w-3", "w-2", "w-1"}}},
 		{"ordered: one at a time while all are Ready", o5, atRevision("old", podsOf(o5, podReady, 0, 1, 2, 3, 4)),
-			map[deleteReason][]string{deleteUpdate: {"w-4"}}},
+			map[deleteReason][]string{drainMark: {"w-4"}}},
 		{"ordered: broken rollout un-sticks with no manual deletion", o5, concat(podsOf(o5, podReady, 0, 1, 2, 3), atRevision("bad", podsOf(o5, podPending, 4))),
 			map[deleteReason][]string{deleteBrokenRollout: {"w-4"}}},
 		{"OnDelete replaces nothing that is Ready", d5, atRevision("old", podsOf(d5, podReady, 0, 1, 2, 3, 4)),
@@ -74,8 +90,8 @@ func TestDecideUpdate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := scopeFor(tt.set, tt.pods)
 			p := decide(s)
-			if diff := cmp.Diff(tt.want, deletesByReason(p)); diff != "" {
-				t.Errorf("deletes (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tt.want, replacements(p)); diff != "" {
+				t.Errorf("deletes and drain marks (-want +got):\n%s", diff)
 			}
 			checkInvariants(t, s, p)
 		})
@@ -141,7 +157,7 @@ func TestSimulatedRollout(t *testing.T) {
 			converge()
 			for o := range int(replicas) {
 				pod := w.s.pods[o]
-				if pod == nil || !isRunningAndReady(pod) {
+				if pod == nil || !workerpod.RunningAndReady(pod) {
 					t.Fatalf("ordinal %d not Ready after the revert: %v", o, pod)
 				}
 				if o >= int(partition) && pod.Labels[appsv1alpha1.RevisionLabel] != "v2" {
@@ -212,9 +228,10 @@ func withHold(pods []*corev1.Pod) []*corev1.Pod {
 	return pods
 }
 
-// TestUpdateDrainsPodsThatCarryPipelines: a rolling update or a broken-rollout replacement of a Pod
-// with a predelete.conveyor.dev/ label drains it first, as a scale-down does: mark PreparingDelete,
-// then delete once the label is gone or drainTimeoutSeconds has passed.
+// TestUpdateDrainsPodsThatCarryPipelines: a rolling update drains a Ready Pod first, as a
+// scale-down does (mark PreparingDelete, then delete once the mark is acknowledged and no
+// predelete.conveyor.dev/ label remains, or drainTimeoutSeconds has passed); a broken-rollout
+// replacement drains a Pod with such a label.
 func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
 	one := intstr.FromInt32(1)
 	r5 := newSet("w").Replicas(5).Partition(0).MaxUnavailable(one).Obj()
@@ -232,8 +249,13 @@ func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
 		{"a Pod with pipelines is marked, not deleted", r5,
 			concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), withHold(atRevision("old", podsOf(r5, podReady, 4)))),
 			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
-		{"a Pod without pipelines is replaced at once", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
-			testNow, nil, map[deleteReason][]string{deleteUpdate: {"w-4"}}, nil},
+		{"a Ready Pod that shows no hold is drained too: a binding may not be labelled yet", r5, atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3, 4)),
+			testNow, []string{"w-4"}, map[deleteReason][]string{}, nil},
+		{"a marked Pod waits for the acknowledgement", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podMarked, 4))),
+			testNow.Add(10 * time.Second), nil, map[deleteReason][]string{}, nil},
+		{"broken rollout: a not-Ready Pod without a hold is replaced at once", r5,
+			concat(podsOf(r5, podReady, 0, 1, 2, 3), atRevision("bad", podsOf(r5, podPending, 4))),
+			testNow, nil, map[deleteReason][]string{deleteBrokenRollout: {"w-4"}}, nil},
 		{"a draining Pod waits for its hold", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podHeld, 4))),
 			testNow, nil, map[deleteReason][]string{}, nil},
 		{"a drained Pod whose hold is gone is replaced", r5, concat(atRevision("old", podsOf(r5, podReady, 0, 1, 2, 3)), atRevision("old", podsOf(r5, podDrained, 4))),
@@ -277,17 +299,19 @@ func TestUpdateDrainsPodsThatCarryPipelines(t *testing.T) {
 	}
 }
 
-// TestSimulatedDrainWithHolds runs rollouts and scale changes while a simulated hold controller
-// puts predelete labels on Ready Pods and takes them off draining Pods after a while, checking
-// after every step that no Pod is deleted while a hold is on it unless it has been PreparingDelete
-// for the whole drain timeout, and none without a hold before drainAckWindow.
+// TestSimulatedDrainWithHolds runs rollouts and scale changes while a simulated Pipeline
+// controller places bindings on Ready Pods that are not draining, and takes them away again or moves
+// them off draining ones after a while (sometimes not within the drain timeout), and a simulated
+// hold controller labels the Pods that carry bindings some steps late and acknowledges drain marks. It checks after every
+// step that no Pod is deleted while it carries a binding, labelled or not yet, unless it has been
+// PreparingDelete for the whole drain timeout.
 func TestSimulatedDrainWithHolds(t *testing.T) {
 	hold := appsv1alpha1.PreDeleteLabelPrefix + "pipelines"
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			set := newSet("w").Replicas(int32(2 + rng.IntN(4))).Partition(0).MaxUnavailable(intstr.FromInt32(int32(1 + rng.IntN(2)))).Obj()
-			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}}
+			w := &world{rng: rng, s: scopeFor(set, nil), claimsDeleted: map[string]bool{}, bound: map[types.UID]bool{}}
 			for i := range 400 {
 				w.s.now = testNow.Add(time.Duration(i) * time.Second)
 				switch {
@@ -300,13 +324,14 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 				}
 				p := decide(w.s)
 				checkInvariants(t, w.s, p)
-				checkDrainedDeletes(t, w.s, p, i)
+				checkDrainedDeletes(t, w, p, i)
 				w.apply(p)
 				for _, pod := range p.drains {
 					pod.Annotations = map[string]string{appsv1alpha1.PreparingDeleteSinceAnnotation: w.s.now.Format(time.RFC3339)}
 				}
 				for _, pod := range p.undrains {
 					delete(pod.Annotations, appsv1alpha1.PreparingDeleteSinceAnnotation)
+					delete(pod.Annotations, appsv1alpha1.DrainAcknowledgedAnnotation)
 				}
 				w.stepRollout()
 				w.stepHolds(hold)
@@ -315,38 +340,61 @@ func TestSimulatedDrainWithHolds(t *testing.T) {
 	}
 }
 
-// checkDrainedDeletes asserts that no Pod is deleted while a predelete label holds it unless it
-// has been PreparingDelete for the whole drain timeout, and none before drainAckWindow.
-func checkDrainedDeletes(t *testing.T, s *scope, p *plan, step int) {
+// checkDrainedDeletes asserts that no Pod is deleted while it carries a binding (labelled by the
+// hold controller or not yet) unless it has been PreparingDelete for the whole drain timeout. A
+// broken Pod is exempt for a binding not yet labelled: nothing is placed on a Pod that is not Ready.
+func checkDrainedDeletes(t *testing.T, w *world, p *plan, step int) {
 	t.Helper()
+	s := w.s
 	timeout := drainTimeout(s.set)
 	for _, d := range p.deletes {
 		if isFinished(d.pod) {
 			continue
 		}
 		since, _ := time.Parse(time.RFC3339, d.pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation])
-		marked := isPreparingDelete(d.pod)
-		if hasDeleteHolds(d.pod) && (!marked || s.now.Before(since.Add(timeout))) {
-			t.Fatalf("step %d: %s deleted (%s) while held, marked %v since %v", step, d.pod.Name, d.reason, marked, since)
-		}
-		if marked && s.now.Before(since.Add(drainAckWindow)) {
-			t.Fatalf("step %d: %s deleted (%s) %v after its mark, before drainAckWindow", step, d.pod.Name, d.reason, s.now.Sub(since))
+		marked := workerpod.PreparingDelete(d.pod)
+		carries := hasDeleteHolds(d.pod) || (w.bound[d.pod.UID] && d.reason != deleteBrokenRollout)
+		if carries && (!marked || s.now.Before(since.Add(timeout))) {
+			t.Fatalf("step %d: %s deleted (%s) while it carries a binding (labelled %v), marked %v since %v", step, d.pod.Name, d.reason, hasDeleteHolds(d.pod), marked, since)
 		}
 	}
 }
 
-// stepHolds plays the hold controller: bindings land on Ready Pods that are not draining, and move
-// away from draining ones after a while (sometimes not within the drain timeout).
+// stepHolds plays the Pipeline controller and the hold controller. Bindings land on Ready Pods
+// that are not draining and leave again, and the hold label follows some steps later; bindings move away from
+// draining Pods after a while. A drain mark is acknowledged now and then, and the acknowledgement
+// comes with the label of every binding on the Pod, as the hold controller writes both in one
+// patch after it has checked the Pod's bindings, placed or in flight.
 func (w *world) stepHolds(hold string) {
 	for _, pod := range w.s.pods {
 		switch {
 		case pod.DeletionTimestamp != nil:
-		case isPreparingDelete(pod):
-			if w.rng.IntN(30) == 0 {
+		case workerpod.PreparingDelete(pod):
+			since := pod.Annotations[appsv1alpha1.PreparingDeleteSinceAnnotation]
+			if since != "" && pod.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] != since && w.rng.IntN(3) == 0 {
+				if w.bound[pod.UID] {
+					pod.Labels[hold] = "true"
+				}
+				pod.Annotations[appsv1alpha1.DrainAcknowledgedAnnotation] = since
+			}
+			if w.bound[pod.UID] && w.rng.IntN(30) == 0 {
+				delete(w.bound, pod.UID)
 				delete(pod.Labels, hold)
 			}
-		case isRunningAndReady(pod) && w.rng.IntN(3) == 0:
-			pod.Labels[hold] = "true"
+		case workerpod.RunningAndReady(pod):
+			switch {
+			case w.bound[pod.UID] && pod.Labels[hold] == "":
+				if w.rng.IntN(4) == 0 {
+					pod.Labels[hold] = "true" // the hold controller catches up, a few steps late
+				}
+			case w.bound[pod.UID]:
+				if w.rng.IntN(10) == 0 {
+					delete(w.bound, pod.UID) // the pipeline went away
+					delete(pod.Labels, hold)
+				}
+			case w.rng.IntN(3) == 0:
+				w.bound[pod.UID] = true
+			}
 		}
 	}
 }

@@ -24,3 +24,12 @@ const (
 // PreparingDeleteSinceAnnotation records, in RFC 3339, when the set marked a Pod PreparingDelete;
 // the drain timeout counts from it.
 const PreparingDeleteSinceAnnotation = "apps.conveyor.dev/preparing-delete-since"
+
+// DrainAcknowledgedAnnotation is the hold controller's acknowledgement of a PreparingDelete mark:
+// its value is the PreparingDeleteSinceAnnotation of the mark it saw. The hold controller writes it,
+// in the same optimistic-locked patch as its predelete.conveyor.dev/pipelines label, once it has
+// checked that nothing more will be placed on the Pod and that the label covers every binding on
+// it, placed or in flight. The set deletes a PreparingDelete Pod once the acknowledgement of its
+// current mark is there and no predelete.conveyor.dev/ label remains, or once the drain timeout
+// has passed.
+const DrainAcknowledgedAnnotation = "apps.conveyor.dev/drain-acknowledged"

@@ -1,33 +1,45 @@
-package pipeline
+// Package cache configures the operator's shared informer cache: which objects of each kind it
+// holds (the operator's own, by label), what it keeps of them, and the interning of the strings
+// thousands of them repeat. Every manager that runs the operator's controllers uses Options, and so
+// do the integration suites, so that a controller is tested against the cache it runs with. It
+// imports only the API packages, so that every controller package and its tests may import it.
+package cache
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// CacheOptions narrows a manager's cache to what the operator's controllers read, strips
+// Options narrows a manager's cache to what the operator's controllers read, strips
 // managedFields from every cached object and shares the strings thousands of them repeat
 // (internObject):
 //   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
-//     its slices), trimmed to what the controllers read (trimService, trimEndpointSlice), and
-//     ConfigMap values held as digests (digestConfigMap).
+//     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
+//     ConfigMap values held as digests (DigestConfigMap);
+//   - ControllerRevisions and PersistentVolumeClaims: those of WorkerSets only (the WorkerSet
+//     controller labels every revision and claim it writes apps.conveyor.dev/workerset, and lists
+//     them by that label);
+//   - HorizontalPodAutoscalers: those of WorkerClasses only (label
+//     scheduling.conveyor.dev/workerclass, which the WorkerClass controller sets on its HPA).
 //
-// An object outside the cache that stands in the way of one the operator would create (a Service
-// or routes ConfigMap of the same name) is found with one read past the cache when the create
-// reports AlreadyExists.
-func CacheOptions(base cache.Options) cache.Options {
+// An object outside the cache that stands in the way of one the operator would create (a Pod,
+// revision, Service, routes ConfigMap or HPA of the same name) is found with one read past the
+// cache, and reported, never adopted unless it carries the operator's label.
+func Options(base crcache.Options) crcache.Options {
 	exists := func(key string) labels.Selector {
 		req, err := labels.NewRequirement(key, selection.Exists, nil)
 		if err != nil {
@@ -36,13 +48,17 @@ func CacheOptions(base cache.Options) cache.Options {
 		return labels.NewSelector().Add(*req)
 	}
 	if base.ByObject == nil {
-		base.ByObject = map[client.Object]cache.ByObject{}
+		base.ByObject = map[client.Object]crcache.ByObject{}
 	}
-	base.ByObject[&corev1.Pod{}] = cache.ByObject{Label: exists(appsv1alpha1.WorkerSetLabel)}
+	workerSets := exists(appsv1alpha1.WorkerSetLabel)
+	base.ByObject[&corev1.Pod{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&appsv1.ControllerRevision{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&corev1.PersistentVolumeClaim{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&autoscalingv2.HorizontalPodAutoscaler{}] = crcache.ByObject{Label: exists(schedulingv1alpha1.WorkerClassLabel)}
 	pipelines := exists(schedulingv1alpha1.PipelineLabel)
-	base.ByObject[&corev1.Service{}] = cache.ByObject{Label: pipelines, Transform: trimService}
-	base.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Label: pipelines, Transform: digestConfigMap}
-	base.ByObject[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: pipelines, Transform: trimEndpointSlice}
+	base.ByObject[&corev1.Service{}] = crcache.ByObject{Label: pipelines, Transform: TrimService}
+	base.ByObject[&corev1.ConfigMap{}] = crcache.ByObject{Label: pipelines, Transform: DigestConfigMap}
+	base.ByObject[&discoveryv1.EndpointSlice{}] = crcache.ByObject{Label: pipelines, Transform: TrimEndpointSlice}
 	base.DefaultTransform = internObject
 	return base
 }
@@ -54,9 +70,9 @@ func CacheOptions(base cache.Options) cache.Options {
 // patches it from the trimmed copy, and a merge patch between two trimmed copies never touches a
 // field both lack.
 
-// trimService keeps what the binding controller reads of a Service: its metadata without
+// TrimService keeps what the binding controller reads of a Service: its metadata without
 // annotations, and the type, clusterIP, selector and ports of its spec (serviceDrift, isHeadless).
-func trimService(obj any) (any, error) {
+func TrimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return obj, nil
@@ -68,9 +84,9 @@ func trimService(obj any) (any, error) {
 	return internObject(svc)
 }
 
-// trimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name
+// TrimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name
 // label, and each endpoint's conditions and target Pod.
-func trimEndpointSlice(obj any) (any, error) {
+func TrimEndpointSlice(obj any) (any, error) {
 	slice, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return obj, nil
@@ -95,30 +111,30 @@ func trimEndpointSlice(obj any) (any, error) {
 	return internObject(slice)
 }
 
-// digestConfigMap replaces each value of a pipeline's ConfigMap with its digest (dataDigest):
+// DigestConfigMap replaces each value of a pipeline's ConfigMap with its digest (DataDigest):
 // syncRoutes only compares the routes document it would write with the one there, and a digest
 // says as much as the document.
-func digestConfigMap(obj any) (any, error) {
+func DigestConfigMap(obj any) (any, error) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
 		return obj, nil
 	}
 	cm.ManagedFields = nil
 	for k, v := range cm.Data {
-		cm.Data[k] = dataDigest(v)
+		cm.Data[k] = DataDigest(v)
 	}
 	cm.BinaryData = nil
 	return internObject(cm)
 }
 
-// dataDigest is how a cached ConfigMap of a pipeline holds a value (digestConfigMap).
-func dataDigest(v string) string {
+// DataDigest is how a cached ConfigMap of a pipeline holds a value (DigestConfigMap).
+func DataDigest(v string) string {
 	sum := sha256.Sum256([]byte(v))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// holdsData says whether a ConfigMap value read from the cache (a digest) or past it (the value)
+// HoldsData says whether a ConfigMap value read from the cache (a digest) or past it (the value)
 // is want.
-func holdsData(read, want string) bool {
-	return read == want || read == dataDigest(want)
+func HoldsData(read, want string) bool {
+	return read == want || read == DataDigest(want)
 }
