@@ -10,30 +10,27 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// unknownOutcomeTTL bounds how long a reservation whose write had an unknown outcome (a timeout,
-// a 5xx, a broken connection) is kept when the cache never shows that write: by then the watch has
-// long delivered a write that was applied, so one still missing was not.
-const unknownOutcomeTTL = 2 * time.Minute
-
-// Allocator is the incremental capacity allocator (docs/architecture.md, "Capacity accounting").
-// It holds, per namespace and WorkerClass, every worker Pod with its capacity and allocated load,
+// Allocator is the incremental capacity allocator (docs/architecture.md, "The incremental capacity
+// allocator"). It holds, per namespace, every WorkerClass, every worker Pod with its allocated load,
 // and every binding with the load it holds: observed (what the cache shows) and pending (writes the
-// operator made that the cache does not show yet). It is fed by informer events and never lists.
+// operator made that the cache does not show yet). It never lists.
 //
-// Placement decides and reserves in memory under the namespace's lock (Place), then the caller
-// writes outside it. A reservation belongs to one write: the caller reports the write's outcome
-// (Settle), and the reservation is released when the write provably did not apply, becomes
-// observed when the cache shows it, and is kept while the outcome is unknown. Until then both the
-// binding's observed Pod and its pending Pod count, so a stale cache never frees capacity that is
-// still in use.
+// It is fed one way: the informers' events (ledger.go), plus one explicit step, Observe, in which a
+// reconcile hands over what it just read from the cache (whose store is updated before the
+// handlers run) and learns whether its earlier writes are visible. Placement decides and reserves
+// in memory under the namespace's lock (Place, reservations.go), then the caller writes outside it
+// and reports the outcome (Settle). Lookups (lookups.go) and the counters that the class status,
+// metrics and autoscaler read (counters.go) only read.
 //
-// The namespace is the unit of state: nothing crosses namespaces, and the Allocator is the only
-// code that takes a namespace's lock.
+// The namespace is the unit of state: nothing crosses namespaces, a namespace is dropped in one
+// step (DropNamespace), and the Allocator is the only code that takes a namespace's lock.
 type Allocator struct {
 	now func() time.Time
 
 	mu         sync.Mutex
 	namespaces map[string]*nsState
+	// dropped are the namespaces given up (DropNamespace) whose events are ignored.
+	dropped map[string]bool
 
 	// wake enqueues a Pipeline (set by the Pipeline controller); classChanged enqueues a
 	// WorkerClass (set by the WorkerClass controller). Both are called outside every lock.
@@ -50,20 +47,24 @@ func NewAllocator(now func() time.Time) *Allocator {
 	if now == nil {
 		now = time.Now
 	}
-	return &Allocator{now: now, namespaces: map[string]*nsState{}}
+	return &Allocator{now: now, namespaces: map[string]*nsState{}, dropped: map[string]bool{}}
 }
 
 type nsState struct {
-	mu        sync.Mutex
+	name string
+	now  func() time.Time
+	mu   sync.Mutex
+	// retired: the namespace was forgotten or dropped; a caller that locked it late looks again.
+	retired   bool
 	classes   map[string]*classState
 	bindings  map[string]*bindingState  // by binding name
 	pipelines map[string]*pipelineState // by Pipeline name
+	// workers are the Pods that are workers of a class or still carry a binding's load, by name.
+	// A Pod's load stays with the Pod when its class label changes: the bindings on it still send
+	// it their documents.
+	workers map[string]*workerState
 	// byPipeline indexes the bindings by their Pipeline's name (a few each: a slice, not a map).
 	byPipeline map[string][]*bindingState
-
-	// gone are the UIDs of Pipelines seen deleted: a reconcile that read one from the cache just
-	// before cannot bring it back.
-	gone map[types.UID]time.Time
 
 	pipelinePhases map[string]int // Pipelines by phase ("Unknown" before the first status)
 	unschedulable  map[string]int // Pipelines whose Schedulable condition is False, by its reason
@@ -77,7 +78,7 @@ type classState struct {
 	policy   schedulingv1alpha1.PlacementPolicy
 	// maxWorkers is spec.autoscaling.maxReplicas, 0 without autoscaling.
 	maxWorkers int32
-	workers    map[string]*workerState // by Pod name, including Pods that are not Ready
+	workers    map[string]*workerState // the Pods labelled with this class, by name, Ready or not
 	sorted     []*workerState          // workers by ordinal then name; nil when stale
 	ready      int32                   // Ready workers
 
@@ -98,7 +99,8 @@ type waiter struct {
 
 type workerState struct {
 	name      string
-	uid       types.UID
+	class     string    // the class the Pod's label names; "" when it names none or the Pod is gone
+	uid       types.UID // "" once the Pod is deleted
 	ordinal   int
 	ready     bool
 	draining  bool
@@ -119,15 +121,22 @@ type bindingState struct {
 	observedUID           types.UID // the incarnation the cache shows
 	present               bool      // the cache shows the binding
 	pending               []*Reservation
-	// counted is what the binding contributes to its class's workers now: the union of the
-	// observed and pending Pods, each with the largest load on it (one or two Pods: a slice, not
-	// a map, at a few hundred bytes less per binding).
+	// counted is what the binding contributes to the workers now: the union of the observed and
+	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map).
 	counted []holding
-	// countedObs is the observed load the binding adds to its class's allocated total.
-	countedObs int64
+	// countedObs is the observed load the binding adds to the allocated total of the class its
+	// cached copy names.
+	countedObs classLoad
+}
+
+// classLoad is a load counted in one class's total.
+type classLoad struct {
+	class string
+	load  int64
 }
 
 type pipelineState struct {
+	uid   types.UID
 	phase string
 	// unschedulable is the reason of a False Schedulable condition, "" when it is not False.
 	unschedulable string
@@ -136,31 +145,99 @@ type pipelineState struct {
 	counts        bool // counted in requested: not Invalid
 }
 
-// Reservation is the capacity one binding write takes: it is what the binding will hold once the
-// write applies.
-type Reservation struct {
-	Namespace, Binding string
-	hold               holding
-	class              string
-	delete             bool      // the write deletes the binding
-	baseGen            int64     // the generation the write started from (0: a create)
-	done               bool      // the write returned
-	appliedGen         int64     // >0: the write applied and produced this generation
-	appliedUID         types.UID // the incarnation the write applied to ("" when not known)
-	unknownSince       time.Time // non-zero: the write's outcome is unknown
+func newNSState(name string, now func() time.Time) *nsState {
+	return &nsState{name: name, now: now, classes: map[string]*classState{}, bindings: map[string]*bindingState{}, pipelines: map[string]*pipelineState{},
+		workers: map[string]*workerState{}, byPipeline: map[string][]*bindingState{},
+		pipelinePhases: map[string]int{}, unschedulable: map[string]int{}, bindingPhases: map[string]int{}}
 }
 
-func (a *Allocator) ns(namespace string) *nsState {
+// lock returns the namespace's state with its lock held, or nil when the namespace was dropped, or
+// holds nothing and create is false (a question about a namespace must not make it known).
+func (a *Allocator) lock(namespace string, create bool) *nsState {
+	for {
+		a.mu.Lock()
+		if a.dropped[namespace] {
+			a.mu.Unlock()
+			return nil
+		}
+		s := a.namespaces[namespace]
+		if s == nil && create {
+			s = newNSState(namespace, a.now)
+			a.namespaces[namespace] = s
+		}
+		a.mu.Unlock()
+		if s == nil {
+			return nil
+		}
+		s.mu.Lock()
+		if !s.retired {
+			return s
+		}
+		// Forgotten or dropped between the two locks: look again.
+		s.mu.Unlock()
+	}
+}
+
+// unlock releases a namespace's lock, forgets the namespace once it holds nothing, and then runs
+// the hooks for what changed. It takes the allocator's lock under the namespace's, the only place
+// where the two nest; nothing takes a namespace's lock under the allocator's.
+func (a *Allocator) unlock(s *nsState, fx *effects) {
+	if s.emptyLocked() {
+		a.mu.Lock()
+		if a.namespaces[s.name] == s {
+			delete(a.namespaces, s.name)
+		}
+		a.mu.Unlock()
+		s.retired = true
+	}
+	s.mu.Unlock()
+	a.notify(s.name, fx.pipelines, fx.classes)
+}
+
+// emptyLocked says the namespace holds nothing: no object the informers showed, no reservation,
+// no waiter.
+func (s *nsState) emptyLocked() bool {
+	if len(s.pipelines) > 0 || len(s.bindings) > 0 || len(s.workers) > 0 {
+		return false
+	}
+	for _, c := range s.classes {
+		if c.exists || len(c.workers) > 0 || c.allocated != 0 || len(c.requested) > 0 || len(c.waiting) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// DropNamespace forgets everything the allocator holds for a namespace in one step: its classes,
+// workers, Pipelines, bindings and their reservations. A namespace that moves to another replica
+// must go at once, never as a stream of deletes, which would free capacity still in use on the
+// way. Events for it that still arrive afterwards (an informer stops some time after it is told
+// to) are ignored, so they cannot leave half a namespace behind, until AdmitNamespace.
+func (a *Allocator) DropNamespace(namespace string) {
+	a.mu.Lock()
+	s := a.namespaces[namespace]
+	delete(a.namespaces, namespace)
+	a.dropped[namespace] = true
+	a.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		s.retired = true
+		s.mu.Unlock()
+	}
+}
+
+// AdmitNamespace undoes DropNamespace: the namespace's events count again. Call it before the
+// informers that list the namespace afresh start, so their initial list rebuilds its state.
+func (a *Allocator) AdmitNamespace(namespace string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := a.namespaces[namespace]
-	if s == nil {
-		s = &nsState{classes: map[string]*classState{}, bindings: map[string]*bindingState{}, pipelines: map[string]*pipelineState{},
-			byPipeline:     map[string][]*bindingState{},
-			pipelinePhases: map[string]int{}, unschedulable: map[string]int{}, bindingPhases: map[string]int{}, gone: map[types.UID]time.Time{}}
-		a.namespaces[namespace] = s
-	}
-	return s
+	delete(a.dropped, namespace)
+}
+
+func (a *Allocator) isDropped(namespace string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dropped[namespace]
 }
 
 func (s *nsState) class(name string) *classState {
@@ -172,15 +249,53 @@ func (s *nsState) class(name string) *classState {
 	return c
 }
 
-func (c *classState) worker(name string) *workerState {
-	w := c.workers[name]
+// worker returns the Pod's entry, made if the allocator knew nothing of it.
+func (s *nsState) worker(name string) *workerState {
+	w := s.workers[name]
 	if w == nil {
 		w = &workerState{name: name, ordinal: -1}
-		c.workers[name] = w
-		c.sorted = nil
+		s.workers[name] = w
 	}
 	return w
 }
+
+// forgetWorkerLocked drops a Pod's entry once it is no class's worker and carries no load.
+func (s *nsState) forgetWorkerLocked(w *workerState) {
+	if w.class == "" && w.allocated == 0 {
+		delete(s.workers, w.name)
+	}
+}
+
+// setClassLocked moves a worker into the class its label names ("" for none).
+func (s *nsState) setClassLocked(w *workerState, class string, fx *effects) {
+	if w.class == class {
+		return
+	}
+	if old := s.classes[w.class]; old != nil {
+		delete(old.workers, w.name)
+		old.sorted = nil
+		old.countReady()
+		fx.class(old.name)
+	}
+	w.class = class
+	if class != "" {
+		c := s.class(class)
+		c.workers[w.name] = w
+		c.sorted = nil
+		fx.class(class)
+	}
+}
+
+func (c *classState) countReady() {
+	c.ready = 0
+	for _, w := range c.workers {
+		if w.ready {
+			c.ready++
+		}
+	}
+}
+
+func (w *workerState) usable() bool { return w.ready && !w.draining }
 
 func (a *Allocator) addSynced(f func() bool) {
 	a.mu.Lock()
@@ -247,12 +362,12 @@ func (e *effects) class(name string) {
 // of its usable workers could take, first fit as placement does; the others keep waiting. It gives
 // up after a few waiters in a row that do not fit, so one event costs little however many wait.
 func (s *nsState) wakeWaitersLocked(c *classState, fx *effects) {
-	if len(c.waiting) == 0 {
+	if c == nil || len(c.waiting) == 0 {
 		return
 	}
 	var free []int64
 	for _, w := range c.sortedLocked() {
-		if w.ready && !w.draining && c.capacity-w.allocated > 0 {
+		if w.usable() && c.capacity-w.allocated > 0 {
 			free = append(free, c.capacity-w.allocated)
 		}
 	}
@@ -278,9 +393,11 @@ func (s *nsState) wakeWaitersLocked(c *classState, fx *effects) {
 
 // Forget removes a pipeline from the classes' waiting lists (it was placed, or it is gone).
 func (a *Allocator) Forget(namespace, pipeline string) {
-	s := a.ns(namespace)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s := a.lock(namespace, false)
+	if s == nil {
+		return
+	}
+	defer a.unlock(s, &effects{})
 	for _, c := range s.classes {
 		c.waiting = slices.DeleteFunc(c.waiting, func(w waiter) bool { return w.pipeline == pipeline })
 	}

@@ -66,6 +66,16 @@ func allocated(a *Allocator, class string) map[string]int64 {
 	return out
 }
 
+// wrote is a binding as a write sent it or got it back: its generation and UID, and a
+// resourceVersion unless gen is 0 (a create).
+func wrote(gen int64, uid types.UID) *schedulingv1alpha1.PipelineBinding {
+	b := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Generation: gen, UID: uid}}
+	if gen > 0 {
+		b.ResourceVersion = fmt.Sprint(gen)
+	}
+	return b
+}
+
 var (
 	errConflict = apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, "x", fmt.Errorf("stale"))
 	errExists   = apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pipelinebindings"}, "x")
@@ -86,8 +96,8 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	if first.Unplaced != nil || first.Pods["s0"] != "green-0" {
 		t.Fatalf("first placement: %+v", first)
 	}
-	a.Settle(first.Reservations[0], 1, "", nil) // created; the cache has not shown it yet
-	if a.Settled("ns", []string{"a-s0"}, nil) {
+	a.Settle(first.Reservations[0], wrote(1, ""), nil) // created; the cache has not shown it yet
+	if a.Observe("ns", []string{"a-s0"}, nil) {
 		t.Fatal("Settled with a write the cache does not show: a second reconcile could undo it")
 	}
 	// A second reconcile that decided anyway: green-0 is still held, so it picks green-1 ...
@@ -96,7 +106,7 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 		t.Fatalf("second placement on %v, want green-1: green-0 is held by the first write", second.Pods)
 	}
 	// ... and its create fails: only its own reservation goes.
-	a.Settle(second.Reservations[0], 0, "", errExists)
+	a.Settle(second.Reservations[0], wrote(0, ""), errExists)
 	if got := allocated(a, "green"); got["green-0"] != 10 || got["green-1"] != 0 {
 		t.Fatalf("allocated %v, want green-0=10 (the first write), green-1=0", got)
 	}
@@ -107,8 +117,8 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	}
 	// The cache shows the first write: it becomes observed, the numbers stay.
 	a.OnBinding(allocBinding("a", "s0", "green", "green-0", 10, 1), false)
-	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-0"] != 10 {
-		t.Fatalf("after the cache caught up: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	if !a.Observe("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-0"] != 10 {
+		t.Fatalf("after the cache caught up: settled %v, allocated %v", a.Observe("ns", []string{"a-s0"}, nil), allocated(a, "green"))
 	}
 }
 
@@ -139,7 +149,7 @@ func TestAllocatorSettlesByOutcome(t *testing.T) {
 			if p.Pods["s0"] != "green-1" {
 				t.Fatalf("move placed on %v", p.Pods)
 			}
-			a.Settle(p.Reservations[0], 2, "", tt.err)
+			a.Settle(p.Reservations[0], wrote(2, ""), tt.err)
 			got := allocated(a, "green")
 			if got["green-1"] != tt.wantHeld || got["green-0"] != 10 {
 				t.Fatalf("allocated %v, want green-1=%d and green-0=10 (the binding still holds it until the cache shows the move)", got, tt.wantHeld)
@@ -162,7 +172,7 @@ func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	}
 	// The credit is not for another stage: s1 (new, 4) may not use s0's 6 on green-0, since s0's
 	// write may fail and leave it there.
-	a.Settle(p.Reservations[0], 0, "", errConflict)
+	a.Settle(p.Reservations[0], wrote(0, ""), errConflict)
 	q := a.Place(pl, []StageRequest{
 		{Stage: "s0", Binding: "a-s0", Class: "green", Load: 8, Current: "green-0"},
 		{Stage: "s1", Binding: "a-s1", Class: "green", Load: 4},
@@ -310,7 +320,7 @@ func TestAllocatorTellsIncarnationsApart(t *testing.T) {
 	if p.Unplaced != nil || p.Pods["s0"] != "green-1" {
 		t.Fatalf("placement %+v, want green-1 (green-0 still shows the old incarnation)", p)
 	}
-	a.Settle(p.Reservations[0], 1, "uid-new", nil) // the new incarnation, created
+	a.Settle(p.Reservations[0], wrote(1, "uid-new"), nil) // the new incarnation, created
 	if got := allocated(a, "green"); got["green-1"] != 10 {
 		t.Fatalf("allocated %v after the create: green-1 must stay held until the cache shows it", got)
 	}
@@ -326,8 +336,8 @@ func TestAllocatorTellsIncarnationsApart(t *testing.T) {
 	created := allocBinding("a", "s0", "green", "green-1", 10, 1) // ... and the new one comes
 	created.UID = "uid-new"
 	a.OnBinding(created, false)
-	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
-		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	if !a.Observe("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
+		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Observe("ns", []string{"a-s0"}, nil), allocated(a, "green"))
 	}
 }
 

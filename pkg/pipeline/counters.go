@@ -9,10 +9,12 @@ import (
 
 // ClassLoads is what every WorkerClass of a namespace has and is asked for, from the counters.
 func (a *Allocator) ClassLoads(namespace string) map[string]workerclass.ClassLoad {
-	s := a.ns(namespace)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := map[string]workerclass.ClassLoad{}
+	s := a.lock(namespace, false)
+	if s == nil {
+		return out
+	}
+	defer a.unlock(s, &effects{})
 	for name, c := range s.classes {
 		if !c.exists {
 			continue
@@ -66,7 +68,7 @@ func (a *Allocator) Phases() map[string]metrics.PhaseCounts {
 	out := map[string]metrics.PhaseCounts{}
 	for name, s := range all {
 		s.mu.Lock()
-		if len(s.pipelinePhases) > 0 || len(s.bindingPhases) > 0 {
+		if !s.retired && (len(s.pipelinePhases) > 0 || len(s.bindingPhases) > 0) {
 			out[name] = metrics.PhaseCounts{Pipelines: maps.Clone(s.pipelinePhases), Bindings: maps.Clone(s.bindingPhases), Unschedulable: maps.Clone(s.unschedulable)}
 		}
 		s.mu.Unlock()

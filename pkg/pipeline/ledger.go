@@ -13,11 +13,14 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
-// OnWorkerClass records a WorkerClass (nil deleted means it was deleted).
+// OnWorkerClass records a WorkerClass (deleted: it was deleted).
 func (a *Allocator) OnWorkerClass(wc *schedulingv1alpha1.WorkerClass, deleted bool) {
-	s := a.ns(wc.Namespace)
+	s := a.lock(wc.Namespace, !deleted)
+	if s == nil {
+		return
+	}
 	var fx effects
-	s.mu.Lock()
+	defer a.unlock(s, &fx)
 	c := s.class(wc.Name)
 	oldCap := c.capacity
 	c.exists = !deleted
@@ -34,60 +37,63 @@ func (a *Allocator) OnWorkerClass(wc *schedulingv1alpha1.WorkerClass, deleted bo
 	if c.capacity > oldCap {
 		s.wakeWaitersLocked(c, &fx)
 	}
-	s.mu.Unlock()
-	a.notify(wc.Namespace, fx.pipelines, fx.classes)
 }
 
-// OnPod records a worker Pod: its class comes from the WorkerClass label.
+// OnPod records a Pod: a worker of the class its WorkerClass label names. A Pod whose label is
+// removed or names another class leaves its old class at once (placement must not choose it
+// there), and so does a deleted one; the load its bindings put on it stays counted on the Pod
+// until they let go of it.
 func (a *Allocator) OnPod(pod *corev1.Pod, deleted bool) {
 	class := pod.Labels[schedulingv1alpha1.WorkerClassLabel]
-	if class == "" {
+	if deleted {
+		class = ""
+	}
+	s := a.lock(pod.Namespace, class != "")
+	if s == nil {
 		return
 	}
-	s := a.ns(pod.Namespace)
 	var fx effects
-	s.mu.Lock()
-	c := s.class(class)
-	w := c.worker(pod.Name)
-	wasReady, wasDraining := w.ready, w.draining
-	wasUsable := w.ready && !w.draining
-	if deleted {
+	defer a.unlock(s, &fx)
+	w := s.workers[pod.Name]
+	if w == nil && class == "" {
+		return // not a worker, and never was one the allocator counted
+	}
+	if w == nil {
+		w = s.worker(pod.Name)
+	}
+	oldClass, wasReady, wasUsable, wasDraining := w.class, w.ready, w.usable(), w.draining
+	switch {
+	case deleted:
 		w.ready, w.draining, w.uid = false, false, ""
-	} else {
+	case class == "":
+		w.ready, w.draining = false, false // a Pod, but no worker any more
+	default:
 		w.uid = pod.UID
 		w.ready = workerpod.Ready(pod)
 		w.draining = workerpod.PreparingDelete(pod)
 		if o := workerpod.Ordinal(pod); o != w.ordinal {
 			w.ordinal = o
-			c.sorted = nil
-		}
-	}
-	usable := w.ready && !w.draining
-	if w.ready != wasReady {
-		c.ready = 0
-		for _, x := range c.workers {
-			if x.ready {
-				c.ready++
+			if c := s.classes[oldClass]; c != nil {
+				c.sorted = nil
 			}
 		}
+	}
+	s.setClassLocked(w, class, &fx)
+	if c := s.classes[class]; c != nil && (w.ready != wasReady || class != oldClass) {
+		c.countReady()
 		fx.class(class)
 	}
-	if usable != wasUsable {
+	if w.usable() != wasUsable {
 		fx.class(class)
 	}
-	if usable && !wasUsable {
-		s.wakeWaitersLocked(c, &fx)
+	if w.usable() && (!wasUsable || class != oldClass) {
+		s.wakeWaitersLocked(s.classes[class], &fx)
 	}
-	if w.draining && !wasDraining {
-		// The pipelines on a draining Pod move their stages off it.
+	if (w.draining && !wasDraining) || (wasUsable && !w.usable() && class != oldClass) {
+		// The pipelines on a Pod that drains or leaves its class move their stages off it.
 		fx.pipelines = append(fx.pipelines, s.pipelinesOnLocked(pod.Name)...)
 	}
-	if deleted && w.allocated == 0 {
-		delete(c.workers, pod.Name)
-		c.sorted = nil
-	}
-	s.mu.Unlock()
-	a.notify(pod.Namespace, fx.pipelines, fx.classes)
+	s.forgetWorkerLocked(w)
 }
 
 // pipelinesOnLocked lists the pipelines with a binding that holds the Pod.
@@ -103,9 +109,12 @@ func (s *nsState) pipelinesOnLocked(pod string) []string {
 
 // OnPipeline records a Pipeline's request (deleted: it is gone, and its bindings hold nothing).
 func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
-	s := a.ns(pl.Namespace)
+	s := a.lock(pl.Namespace, !deleted)
+	if s == nil {
+		return
+	}
 	var fx effects
-	s.mu.Lock()
+	defer a.unlock(s, &fx)
 	if old := s.pipelines[pl.Name]; old != nil {
 		s.countRequestLocked(old, -1, &fx)
 		countPhase(s.pipelinePhases, old.phase, -1)
@@ -113,9 +122,6 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 	}
 	if deleted || pl.DeletionTimestamp != nil {
 		delete(s.pipelines, pl.Name)
-		if pl.UID != "" {
-			s.gone[pl.UID] = a.now()
-		}
 		for _, b := range slices.Clone(s.byPipeline[pl.Name]) {
 			// Its bindings hold nothing now, and no write of it matters any more.
 			b.pending = slices.DeleteFunc(b.pending, func(r *Reservation) bool { return r.done })
@@ -124,17 +130,11 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 				s.forgetBindingLocked(b)
 			}
 		}
-		for uid, at := range s.gone {
-			if a.now().Sub(at) > unknownOutcomeTTL {
-				delete(s.gone, uid)
-			}
-		}
 		for _, c := range s.classes {
 			c.waiting = slices.DeleteFunc(c.waiting, func(w waiter) bool { return w.pipeline == pl.Name })
 		}
 	} else {
-		delete(s.gone, pl.UID)
-		p := &pipelineState{phase: binding.PhaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
+		p := &pipelineState{uid: pl.UID, phase: binding.PhaseOr(schedulingv1alpha1.BindingPhase(pl.Status.Phase), "Unknown"),
 			load: int64(pl.Spec.DocumentsPerSecond), counts: pl.Status.Phase != schedulingv1alpha1.PipelineInvalid}
 		countPhase(s.pipelinePhases, p.phase, 1)
 		if c := meta.FindStatusCondition(pl.Status.Conditions, schedulingv1alpha1.PipelineSchedulable); c != nil && c.Status == metav1.ConditionFalse {
@@ -154,8 +154,6 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 			}
 		}
 	}
-	s.mu.Unlock()
-	a.notify(pl.Namespace, fx.pipelines, fx.classes)
 }
 
 func (s *nsState) countRequestLocked(p *pipelineState, sign int64, fx *effects) {
@@ -172,50 +170,46 @@ func (s *nsState) countRequestLocked(p *pipelineState, sign int64, fx *effects) 
 	}
 }
 
-// OnBinding records a binding as the cache shows it (deleted: it is gone from the cache).
+// OnBinding records a binding as the cache shows it (deleted: it is gone from the cache). A write
+// it shows wakes the binding's pipeline, which waits for its writes to be visible.
 func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted bool) {
-	s := a.ns(b.Namespace)
+	s := a.lock(b.Namespace, !deleted)
+	if s == nil {
+		return
+	}
 	var fx effects
-	s.mu.Lock()
+	defer a.unlock(s, &fx)
 	bs := s.bindingLocked(b.Name, b.Spec.Pipeline, b.Spec.Class)
-	countPhase(s.bindingPhases, bs.phase, -1)
-	bs.phase = ""
-	if !deleted {
-		bs.phase = binding.PhaseOr(b.Status.Phase, "Unknown")
-		countPhase(s.bindingPhases, bs.phase, 1)
-	}
-	var observedWrites bool
-	if deleted {
-		bs.present = false
-		bs.observed = holding{}
-		bs.observedUID = b.UID
-		observedWrites = s.dropObservedLocked(bs, true)
-	} else {
-		observedWrites = s.observeLocked(bs, b)
-	}
-	s.recountLocked(bs, &fx)
-	if observedWrites && bs.pipeline != "" {
+	if s.recordLocked(bs, b, deleted, &fx) && bs.pipeline != "" {
 		fx.pipelines = append(fx.pipelines, bs.pipeline)
 	}
-	if deleted && len(bs.pending) == 0 {
-		s.forgetBindingLocked(bs)
-	}
-	s.mu.Unlock()
-	a.notify(b.Namespace, fx.pipelines, fx.classes)
 }
 
-// observeLocked records the binding as the cache shows it and drops the pending writes it shows;
-// it says whether it dropped any. The caller recounts.
-func (s *nsState) observeLocked(bs *bindingState, b *schedulingv1alpha1.PipelineBinding) bool {
-	bs.present = true
-	bs.class = b.Spec.Class
-	bs.observedGen = b.Generation
+// recordLocked records a binding as the cache shows it, recounts, and lets go of the reservations
+// that this settles; it says whether it let go of any.
+func (s *nsState) recordLocked(bs *bindingState, b *schedulingv1alpha1.PipelineBinding, deleted bool, fx *effects) bool {
+	countPhase(s.bindingPhases, bs.phase, -1)
+	bs.phase = ""
 	bs.observedUID = b.UID
-	bs.observed = holding{pod: b.Spec.Pod, load: int64(b.Spec.DocumentsPerSecond)}
-	if b.DeletionTimestamp != nil {
-		bs.observed = holding{}
+	if deleted {
+		bs.present, bs.observed = false, holding{}
+	} else {
+		bs.phase = binding.PhaseOr(b.Status.Phase, "Unknown")
+		countPhase(s.bindingPhases, bs.phase, 1)
+		bs.present = true
+		bs.class = b.Spec.Class
+		bs.observedGen = b.Generation
+		bs.observed = holding{pod: b.Spec.Pod, load: int64(b.Spec.DocumentsPerSecond)}
+		if b.DeletionTimestamp != nil {
+			bs.observed = holding{}
+		}
 	}
-	return s.dropObservedLocked(bs, false)
+	s.recountLocked(bs, fx)
+	settled := s.settleLocked(bs, fx)
+	if !bs.present && len(bs.pending) == 0 && s.bindings[bs.name] == bs {
+		s.forgetBindingLocked(bs)
+	}
+	return settled
 }
 
 // countedOn is the load a binding counts on a Pod.
@@ -254,8 +248,10 @@ func (s *nsState) forgetBindingLocked(bs *bindingState) {
 	}
 }
 
-// recountLocked recomputes what a binding contributes to its class's workers and applies the
-// difference; freed capacity wakes the pipelines waiting for it.
+// recountLocked recomputes what a binding contributes to the workers and to its class's observed
+// total, and applies the difference; freed capacity wakes the pipelines waiting for it. The old
+// holdings are taken off the Pods (and the class) they were counted on, whatever class the
+// binding names now.
 func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	var want []holding
 	add := func(h holding) {
@@ -277,37 +273,40 @@ func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 			add(r.hold)
 		}
 	}
-	c := s.class(bs.class)
-	freed := false
 	old := bs.counted
+	var freed []string
 	for _, h := range old {
-		w := c.worker(h.pod)
+		w := s.workers[h.pod]
 		w.allocated -= h.load
-		if countedOn(want, h.pod) < h.load {
-			freed = true
+		if countedOn(want, h.pod) < h.load && w.class != "" && !slices.Contains(freed, w.class) {
+			freed = append(freed, w.class)
 		}
 	}
 	for _, h := range want {
-		c.worker(h.pod).allocated += h.load
+		s.worker(h.pod).allocated += h.load
 	}
-	// Observed allocation for the class status.
-	oldObs, newObs := bs.countedObs, int64(0)
 	bs.counted = want
+	var obs classLoad
 	if live && bs.observed.pod != "" {
-		newObs = bs.observed.load
+		obs = classLoad{class: bs.class, load: bs.observed.load}
 	}
-	bs.countedObs = newObs
-	if oldObs != newObs {
-		c.allocated += newObs - oldObs
-		fx.class(c.name)
+	if obs != bs.countedObs {
+		if prev := bs.countedObs; prev.load != 0 {
+			s.class(prev.class).allocated -= prev.load
+			fx.class(prev.class)
+		}
+		if obs.load != 0 {
+			s.class(obs.class).allocated += obs.load
+			fx.class(obs.class)
+		}
+		bs.countedObs = obs
 	}
 	for _, h := range old {
-		if w := c.workers[h.pod]; w != nil && w.allocated == 0 && !w.ready && w.uid == "" {
-			delete(c.workers, h.pod)
-			c.sorted = nil
+		if w := s.workers[h.pod]; w != nil {
+			s.forgetWorkerLocked(w)
 		}
 	}
-	if freed {
-		s.wakeWaitersLocked(c, fx)
+	for _, class := range freed {
+		s.wakeWaitersLocked(s.classes[class], fx)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,8 +53,8 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 	// Allocator holds the capacity accounting; it must be fed by RegisterAllocator.
 	Allocator *Allocator
-	// APIReader reads from the API server directly, past the cache: it settles a binding write
-	// whose outcome is unknown (a timeout) at once, instead of waiting for the cache.
+	// APIReader reads from the API server directly, past the cache: a class created just before
+	// its pipeline, and a pipeline whose cached status is older than the one this controller wrote.
 	APIReader client.Reader
 
 	// written remembers the phase this controller last wrote for each pipeline, by UID: a cached
@@ -247,7 +246,7 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 			s.workers[b.Spec.Pod] = w
 		}
 	}
-	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
+	return s, r.Allocator.Observe(pl.Namespace, names, cached), nil
 }
 
 // readBindings reads the pipeline's bindings into the scope: those the allocator knows by
@@ -353,6 +352,10 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 	}
 	moves := onlyMoves(p.place)
 	placement := r.Allocator.Place(pl, requests, !moves)
+	if placement.Unknown {
+		s.raced = true // the allocator has not seen this pipeline yet: look again shortly
+		return nil
+	}
 	if placement.Unplaced != nil {
 		if moves {
 			s.moveBlocked = placement.Unplaced // the stages keep their draining Pods until there is room
@@ -423,30 +426,6 @@ func (r *Reconciler) releaseStages(ctx context.Context, s *pipelineScope, stages
 	r.writeBindings(ctx, s, writes)
 }
 
-// resolveUnknown reads a binding from the API server after a write whose outcome is unknown: if
-// the binding holds what the write wanted, the write applied (nil, with the object's generation in
-// w.obj); otherwise it did not (a Conflict, so the reservation is released). If the read fails too,
-// the outcome stays unknown and the original error is kept.
-func (r *Reconciler) resolveUnknown(ctx context.Context, w *bindingWrite) error {
-	if r.APIReader == nil {
-		return w.err
-	}
-	live := &schedulingv1alpha1.PipelineBinding{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.obj), live)
-	switch {
-	case apierrors.IsNotFound(err):
-		return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-			fmt.Errorf("the write did not apply: %w", w.err))
-	case err != nil:
-		return w.err
-	case apiequality.Semantic.DeepEqual(live.Spec, w.obj.Spec):
-		w.obj = live
-		return nil
-	}
-	return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-		fmt.Errorf("the write did not apply: %w", w.err))
-}
-
 type bindingWrite struct {
 	stage string
 	obj   *schedulingv1alpha1.PipelineBinding
@@ -468,10 +447,7 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 			} else {
 				w.err = r.Update(ctx, w.obj)
 			}
-			if w.err != nil && !writeNotApplied(w.err) {
-				w.err = r.resolveUnknown(ctx, w)
-			}
-			r.Allocator.Settle(w.res, w.obj.Generation, w.obj.UID, w.err)
+			r.Allocator.Settle(w.res, w.obj, w.err)
 		})
 	}
 	wg.Wait()
@@ -506,7 +482,7 @@ func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope) error {
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
-		r.Allocator.Settle(res, b.Generation+1, b.UID, err)
+		r.Allocator.Settle(res, b, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("delete binding %s: %w", b.Name, err))
 			continue
@@ -528,7 +504,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *pipelineScope, st sched
 		return err
 	}
 	r.written.Store(pl.UID, st.Phase)
-	r.Allocator.OnPipeline(pl, false) // an Invalid pipeline stops counting at once
 	r.recordTransition(ctx, pl, old, &st)
 	return nil
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -9,30 +10,45 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// dropObservedLocked drops the pending writes of a binding that the cache shows: an applied write
-// whose incarnation and generation the cache reached, or, once the binding is deleted, every
-// applied write to the incarnation deleted.
-func (s *nsState) dropObservedLocked(bs *bindingState, deleted bool) bool {
-	n := len(bs.pending)
-	bs.pending = slices.DeleteFunc(bs.pending, func(r *Reservation) bool {
-		switch {
-		case !r.done || r.appliedGen == 0:
-			return false
-		case deleted:
-			// Gone: the writes to that incarnation (a delete, an update) are over; a create of a
-			// new one, made before the cache showed the old one go, is not.
-			return r.delete || r.appliedUID == "" || r.appliedUID == bs.observedUID
-		}
-		return bs.shows(r)
-	})
-	return len(bs.pending) != n
-}
+// requestTimeout is kube-apiserver's --request-timeout default. A write still running then is
+// answered with a timeout and its context, the storage call's included, is cancelled: no write can
+// apply later than that after it was sent.
+const requestTimeout = time.Minute
 
-// shows says whether the cache shows the write of an applied reservation: the same incarnation of
-// the binding (a binding deleted and created again under its name starts at generation 1 once
-// more), at the write's generation or later.
-func (bs *bindingState) shows(r *Reservation) bool {
-	return bs.present && (r.appliedUID == "" || r.appliedUID == bs.observedUID) && bs.observedGen >= r.appliedGen
+// unknownOutcomeWindow is how long a write whose outcome is unknown (a timeout, a 5xx, a broken
+// connection) keeps its reservation when the cache shows nothing that settles it: twice the
+// request timeout, which leaves room for a commit already handed to etcd when the context was
+// cancelled, and for the watch to deliver it. After that the write has applied and the cache
+// shows it, or it never will apply.
+const unknownOutcomeWindow = 2 * requestTimeout
+
+// unseenWriteWindow is how long an applied write keeps its reservation when the cache never shows
+// it. The watch delivers an applied write within moments; one that never appears was deleted before
+// the cache saw it, and a relist (after a watch expired) does not say so: a create and a delete
+// between two lists leave no event at all, and the delete of an incarnation the cache never showed
+// comes, if at all, as the tombstone of an older one.
+const unseenWriteWindow = unknownOutcomeWindow
+
+// Reservation is the capacity one binding write takes: it is what the binding will hold once the
+// write applies. It is released when the write provably did not apply, turns observed when the
+// cache shows the write, and is otherwise kept until the windows above run out.
+type Reservation struct {
+	Namespace, Binding string
+	hold               holding
+	delete             bool // the write deletes the binding
+	create             bool // the write creates the binding (set by Settle)
+	// baseGen and baseUID are the binding the write started from: for a create, the incarnation
+	// the allocator showed when it reserved ("" for none); for an update or a delete, the object
+	// sent.
+	baseGen  int64
+	baseUID  types.UID
+	sawBase  bool      // the cache showed the base incarnation after the write returned
+	done     bool      // the write returned
+	returned time.Time // when it returned
+	unknown  bool      // its outcome is unknown
+	// appliedGen and appliedUID are what an applied write produced ("" UID when not known).
+	appliedGen int64
+	appliedUID types.UID
 }
 
 // StageRequest is one stage to place: the binding it writes, its class, its load, and the Pod
@@ -49,18 +65,30 @@ type Placement struct {
 	UIDs         map[string]types.UID // stage → Pod UID
 	Reservations []*Reservation       // one per stage, in request order
 	Unplaced     *unplaceable
+	// Unknown says the allocator has not seen this Pipeline (this incarnation of it) yet: nothing
+	// was decided, and the caller looks again shortly.
+	Unknown bool
 }
 
 // Place chooses a worker for every stage, all or nothing, and reserves the capacity under the
 // namespace's lock. On failure it reserves nothing; if wait is true the pipeline is queued to be
 // woken when its class frees capacity.
+//
+// A Pipeline the Pipeline informer has not delivered yet is refused (Placement.Unknown), not
+// counted from the object passed in: the cache's store shows an object before the handlers run,
+// so the wait is a moment's, and a Pipeline entered here would be a second way in whose entries
+// the informer's events need not match (one deleted meanwhile would hold its bindings' capacity
+// for good). The bindings of an unknown Pipeline hold nothing, so placing one would over-commit.
 func (a *Allocator) Place(pl *schedulingv1alpha1.Pipeline, stages []StageRequest, wait bool) Placement {
 	namespace, pipeline := pl.Namespace, pl.Name
-	s := a.ns(namespace)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.knowLocked(pl) {
-		return Placement{Unplaced: &unplaceable{stage: stages[0].Stage, class: stages[0].Class, load: stages[0].Load, gone: true}}
+	s := a.lock(namespace, false)
+	if s == nil {
+		return Placement{Unknown: true}
+	}
+	var fx effects
+	defer a.unlock(s, &fx)
+	if p := s.pipelines[pipeline]; p == nil || (pl.UID != "" && p.uid != "" && p.uid != pl.UID) {
+		return Placement{Unknown: true}
 	}
 	classes := map[string]*classWorkers{}
 	var toPlace []stage
@@ -70,21 +98,9 @@ func (a *Allocator) Place(pl *schedulingv1alpha1.Pipeline, stages []StageRequest
 			ps.credit = bs.countedOn(st.Current)
 		}
 		toPlace = append(toPlace, ps)
-		if classes[st.Class] != nil {
-			continue
+		if classes[st.Class] == nil {
+			classes[st.Class] = s.classWorkersLocked(st.Class)
 		}
-		c := s.classes[st.Class]
-		if c == nil || !c.exists {
-			classes[st.Class] = &classWorkers{}
-			continue
-		}
-		cw := &classWorkers{capacity: c.capacity, policy: c.policy}
-		for _, w := range c.sortedLocked() {
-			if w.ready && !w.draining {
-				cw.workers = append(cw.workers, worker{name: w.name, ordinal: w.ordinal, free: c.capacity - w.allocated})
-			}
-		}
-		classes[st.Class] = cw
 	}
 	assignment, why := place(toPlace, classes)
 	if why != nil {
@@ -99,77 +115,133 @@ func (a *Allocator) Place(pl *schedulingv1alpha1.Pipeline, stages []StageRequest
 	out := Placement{Pods: assignment, UIDs: map[string]types.UID{}}
 	for _, st := range stages {
 		pod := assignment[st.Stage]
-		out.UIDs[st.Stage] = s.classes[st.Class].workers[pod].uid
-		r := s.reserveLocked(namespace, st.Binding, pipeline, st.Class, holding{pod: pod, load: st.Load})
-		if bs := s.bindings[st.Binding]; bs != nil && bs.present {
-			r.baseGen = bs.observedGen
-		}
-		out.Reservations = append(out.Reservations, r)
+		out.UIDs[st.Stage] = s.workers[pod].uid
+		out.Reservations = append(out.Reservations, s.reserveLocked(namespace, st.Binding, pipeline, st.Class, holding{pod: pod, load: st.Load}, &fx))
 	}
 	return out
 }
 
+// classWorkersLocked is what placement knows of a class: its capacity, policy and usable workers.
+func (s *nsState) classWorkersLocked(class string) *classWorkers {
+	c := s.classes[class]
+	if c == nil || !c.exists {
+		return &classWorkers{}
+	}
+	cw := &classWorkers{capacity: c.capacity, policy: c.policy}
+	for _, w := range c.sortedLocked() {
+		if w.usable() {
+			cw.workers = append(cw.workers, worker{name: w.name, ordinal: w.ordinal, free: c.capacity - w.allocated})
+		}
+	}
+	return cw
+}
+
 // Release records a write that makes a binding hold nothing: an unset, or a delete.
 func (a *Allocator) Release(b *schedulingv1alpha1.PipelineBinding, isDelete bool) *Reservation {
-	s := a.ns(b.Namespace)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.reserveLocked(b.Namespace, b.Name, b.Spec.Pipeline, b.Spec.Class, holding{})
-	r.baseGen, r.delete = b.Generation, isDelete
+	s := a.lock(b.Namespace, true)
+	if s == nil {
+		return &Reservation{Namespace: b.Namespace, Binding: b.Name} // a dropped namespace: nothing to hold
+	}
+	var fx effects
+	defer a.unlock(s, &fx)
+	r := s.reserveLocked(b.Namespace, b.Name, b.Spec.Pipeline, b.Spec.Class, holding{}, &fx)
+	r.delete = isDelete
 	return r
 }
 
-// knowLocked makes sure the allocator counts a pipeline the caller read from the cache before the
-// allocator's own handler saw it; it says false for a pipeline already seen deleted.
-func (s *nsState) knowLocked(pl *schedulingv1alpha1.Pipeline) bool {
-	if _, gone := s.gone[pl.UID]; gone && pl.UID != "" {
-		return false
-	}
-	if s.pipelines[pl.Name] == nil {
-		s.pipelines[pl.Name] = &pipelineState{load: int64(pl.Spec.DocumentsPerSecond)} // counted in requested once its own event comes
-		var fx effects
-		for _, b := range slices.Clone(s.byPipeline[pl.Name]) {
-			s.recountLocked(b, &fx)
-		}
-	}
-	return true
-}
-
-func (s *nsState) reserveLocked(namespace, binding, pipeline, class string, h holding) *Reservation {
+func (s *nsState) reserveLocked(namespace, binding, pipeline, class string, h holding, fx *effects) *Reservation {
 	bs := s.bindingLocked(binding, pipeline, class)
-	bs.class = class
-	r := &Reservation{Namespace: namespace, Binding: binding, hold: h, class: class}
+	r := &Reservation{Namespace: namespace, Binding: binding, hold: h}
+	if bs.present {
+		r.baseGen, r.baseUID = bs.observedGen, bs.observedUID
+	}
 	bs.pending = append(bs.pending, r)
-	var fx effects
-	s.recountLocked(bs, &fx)
+	s.recountLocked(bs, fx)
 	return r
 }
 
-// Settle reports the outcome of a reservation's write: the generation and UID of the object the
-// API server returned on success, or the error. A write that provably did not apply releases the
-// reservation; an applied one stays until the cache shows that generation; an unknown outcome is
-// kept until the cache shows a newer generation or unknownOutcomeTTL passes.
-func (a *Allocator) Settle(r *Reservation, appliedGen int64, appliedUID types.UID, err error) {
-	s := a.ns(r.Namespace)
-	var fx effects
-	s.mu.Lock()
-	bs := s.bindings[r.Binding]
-	r.done = true
-	switch {
-	case err == nil:
-		r.appliedGen, r.appliedUID = appliedGen, appliedUID
-		if bs != nil && (bs.shows(r) || (r.delete && !bs.present)) {
-			s.dropLocked(bs, r, &fx)
-		}
-	case writeNotApplied(err):
-		if bs != nil {
-			s.dropLocked(bs, r, &fx)
-		}
-	default:
-		r.unknownSince = a.now()
+// Settle reports the outcome of a reservation's write: written is the object as the API server
+// returned it when err is nil, and as it was sent otherwise (for a delete, the object deleted).
+// A write the API server refused releases the reservation at once. An applied write stays until
+// the cache shows it. A write whose outcome is unknown stays until the cache shows a state it can
+// no longer apply to: for a create, an incarnation other than the one shown when it was reserved
+// (its own, or one that makes it fail); for an update, which carries the resourceVersion it was
+// read at, or a delete, the object past the generation sent, deleted, or replaced.
+func (a *Allocator) Settle(r *Reservation, written *schedulingv1alpha1.PipelineBinding, err error) {
+	s := a.lock(r.Namespace, false)
+	if s == nil {
+		return
 	}
-	s.mu.Unlock()
-	a.notify(r.Namespace, fx.pipelines, fx.classes)
+	var fx effects
+	defer a.unlock(s, &fx)
+	r.done, r.returned = true, a.now()
+	switch {
+	case err == nil && r.delete:
+		// Deleting sets deletionTimestamp, which moves the generation, when finalizers keep it.
+		r.appliedGen, r.appliedUID = written.Generation+1, written.UID
+	case err == nil:
+		r.appliedGen, r.appliedUID = written.Generation, written.UID
+	case writeNotApplied(err):
+		r.unknown = false
+		if bs := s.bindings[r.Binding]; bs != nil {
+			s.dropLocked(bs, r, &fx)
+		}
+		return
+	default:
+		r.unknown = true
+		r.create = !r.delete && written.ResourceVersion == ""
+		if !r.create {
+			r.baseGen, r.baseUID = written.Generation, written.UID
+		}
+	}
+	if bs := s.bindings[r.Binding]; bs != nil {
+		s.settleLocked(bs, &fx)
+	}
+}
+
+// settledBy says whether the cache, as the binding's state shows it, or the time settles a write
+// that returned.
+func (r *Reservation) settledBy(bs *bindingState, now time.Time) bool {
+	switch {
+	case !r.done:
+		return false
+	case !r.unknown:
+		if bs.shows(r) || now.Sub(r.returned) > unseenWriteWindow {
+			return true
+		}
+		// Deleted: the writes to that incarnation (a delete, an update) are over; a create of a
+		// new one, made before the cache showed the old one go, is not.
+		return !bs.present && (r.delete || (r.appliedUID != "" && r.appliedUID == bs.observedUID))
+	case now.Sub(r.returned) > unknownOutcomeWindow:
+		return true
+	case r.create:
+		return bs.present && bs.observedUID != r.baseUID
+	case bs.observedUID == r.baseUID && bs.present:
+		r.sawBase = true
+		return bs.observedGen > r.baseGen
+	case bs.observedUID == r.baseUID:
+		return true // the incarnation it was sent to is deleted
+	}
+	return r.sawBase && bs.present // another incarnation replaced the one it was sent to
+}
+
+// settleLocked drops the binding's reservations that the cache or the time settles; it says
+// whether it dropped any.
+func (s *nsState) settleLocked(bs *bindingState, fx *effects) bool {
+	now := time.Time{}
+	var settled []*Reservation
+	for _, r := range bs.pending {
+		if r.done && now.IsZero() {
+			now = s.now()
+		}
+		if r.settledBy(bs, now) {
+			settled = append(settled, r)
+		}
+	}
+	for _, r := range settled {
+		s.dropLocked(bs, r, fx)
+	}
+	return len(settled) > 0
 }
 
 func (s *nsState) dropLocked(bs *bindingState, r *Reservation, fx *effects) {
@@ -180,6 +252,13 @@ func (s *nsState) dropLocked(bs *bindingState, r *Reservation, fx *effects) {
 	}
 }
 
+// shows says whether the cache shows the write of an applied reservation: the same incarnation of
+// the binding (a binding deleted and created again under its name starts at generation 1 once
+// more), at the write's generation or later.
+func (bs *bindingState) shows(r *Reservation) bool {
+	return bs.present && (r.appliedUID == "" || r.appliedUID == bs.observedUID) && bs.observedGen >= r.appliedGen
+}
+
 // writeNotApplied says the API server refused a write outright: it changed nothing.
 func writeNotApplied(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
@@ -188,44 +267,46 @@ func writeNotApplied(err error) bool {
 		apierrors.IsMethodNotSupported(err) || apierrors.IsGone(err)
 }
 
-// Settled says whether every write to the named bindings is visible in the cache, so a decision
-// from the cache cannot undo one. It expires unknown outcomes older than unknownOutcomeTTL and
-// takes as observed the bindings given (read from the cache by the caller just now).
-func (a *Allocator) Settled(namespace string, bindings []string, cached []*schedulingv1alpha1.PipelineBinding) bool {
-	s := a.ns(namespace)
-	var fx effects
-	s.mu.Lock()
-	// The cache's store is updated before its event handlers run, so the caller may have read a
-	// binding the allocator's handler has not seen yet: take it as observed now.
-	for _, b := range cached {
-		if bs := s.bindings[b.Name]; bs != nil && (!bs.present || b.Generation > bs.observedGen) {
-			s.observeLocked(bs, b)
-			s.recountLocked(bs, &fx)
-		}
+// Observe is the one step besides the informers that feeds the allocator: it records what the
+// caller just read from the cache of a pipeline's bindings (the cache's store is updated before its
+// handlers run, so the read may be ahead of the allocator), and answers whether every write to the
+// named bindings is visible, so that a decision from the cache cannot undo one. On the way it lets
+// go of the reservations the cache or the time settles.
+func (a *Allocator) Observe(namespace string, names []string, cached []*schedulingv1alpha1.PipelineBinding) (settled bool) {
+	s := a.lock(namespace, len(cached) > 0)
+	if s == nil {
+		return len(cached) == 0 && !a.isDropped(namespace) // nothing known, nothing pending
 	}
-	settled := true
-	now := a.now()
-	for _, name := range bindings {
-		bs := s.bindings[name]
-		if bs == nil {
+	var fx effects
+	defer a.unlock(s, &fx)
+	for _, b := range cached {
+		bs := s.bindings[b.Name]
+		if bs != nil && !aheadOf(b, bs) {
 			continue
 		}
-		for _, r := range slices.Clone(bs.pending) {
-			switch {
-			case !r.unknownSince.IsZero() && now.Sub(r.unknownSince) > unknownOutcomeTTL:
-				s.dropLocked(bs, r, &fx)
-			case !r.unknownSince.IsZero() && bs.present && bs.observedGen > r.baseGen:
-				// The cache shows a newer binding than the write started from: the write applied,
-				// or another replaced it; either way the cache now holds the truth.
-				s.dropLocked(bs, r, &fx)
-			case r.done && r.appliedGen > 0 && bs.shows(r):
-				s.dropLocked(bs, r, &fx)
-			default:
+		if bs == nil {
+			bs = s.bindingLocked(b.Name, b.Spec.Pipeline, b.Spec.Class)
+		}
+		s.recordLocked(bs, b, false, &fx)
+	}
+	settled = true
+	for _, name := range names {
+		if bs := s.bindings[name]; bs != nil {
+			s.settleLocked(bs, &fx)
+			if len(bs.pending) > 0 {
 				settled = false
 			}
 		}
 	}
-	s.mu.Unlock()
-	a.notify(namespace, nil, fx.classes)
 	return settled
+}
+
+// aheadOf says a cached copy is newer than what the allocator's handler has seen: a later
+// generation of the same incarnation, or an incarnation other than the one seen deleted. (Another
+// incarnation while one is shown may be older or newer; the handler will tell.)
+func aheadOf(b *schedulingv1alpha1.PipelineBinding, bs *bindingState) bool {
+	if !bs.present {
+		return b.UID != bs.observedUID || b.UID == ""
+	}
+	return b.UID == bs.observedUID && b.Generation > bs.observedGen
 }
