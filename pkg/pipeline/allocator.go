@@ -353,7 +353,7 @@ type effects struct {
 }
 
 func (e *effects) class(name string) {
-	if !slices.Contains(e.classes, name) {
+	if name != "" && !slices.Contains(e.classes, name) {
 		e.classes = append(e.classes, name)
 	}
 }

@@ -89,8 +89,8 @@ func (a *Allocator) OnPod(pod *corev1.Pod, deleted bool) {
 	if w.usable() && (!wasUsable || class != oldClass) {
 		s.wakeWaitersLocked(s.classes[class], &fx)
 	}
-	if (w.draining && !wasDraining) || (wasUsable && !w.usable() && class != oldClass) {
-		// The pipelines on a Pod that drains or leaves its class move their stages off it.
+	if w.draining && !wasDraining {
+		// The pipelines on a draining Pod move their stages off it.
 		fx.pipelines = append(fx.pipelines, s.pipelinesOnLocked(pod.Name)...)
 	}
 	s.forgetWorkerLocked(w)
