@@ -30,8 +30,8 @@ import (
 
 // The simulated world runs the real Pipeline Reconciler and Allocator against a fake API server
 // (the truth) read through a cache that lags it, with writes that fail now and then, while seeded
-// random events create and delete pipelines, change loads and stages' classes, add workers, kill,
-// drain and relabel them, let binding writes time out and apply some steps later, and make the
+// random events create and delete pipelines, change loads and stages' classes, delete bindings,
+// add workers, kill, drain and relabel them, let binding writes time out and apply some steps later, and make the
 // binding informer relist after an outage (so it misses deletes and whole lives of objects). A
 // small binding controller plays the Service's endpoints. After every step it checks:
 //   - no worker is ever over capacity, counting every write the API server applied;
@@ -79,6 +79,7 @@ type world struct {
 	phaseGen   map[string]int64 // the generation when the phase was last recorded
 	deadSeen   map[string]bool  // a binding was DeadEnd since the last Broken
 	disturbed  map[string]bool  // a worker of it was killed since it was last Ready
+	rebound    map[string]bool  // a binding of it was deleted by hand since it was last Ready
 	everPlaced map[string]bool
 	history    map[string][]string
 	unsure     map[string]int // pipeline → the last step one of its binding writes had an unknown outcome
@@ -95,7 +96,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 		pods:     map[string]*corev1.Pod{}, podClass: map[string]string{}, podOrdinal: map[string]int{}, ordinals: map[string]int{}, podsSeen: map[string]string{}, podsFed: map[string]*corev1.Pod{}, podCap: map[string]int64{}, drainSince: map[string]int{}, dead: map[string]bool{},
 		endpoints: map[string]types.UID{},
 		phase:     map[string]schedulingv1alpha1.PipelinePhase{}, phaseGen: map[string]int64{},
-		deadSeen: map[string]bool{}, disturbed: map[string]bool{}, everPlaced: map[string]bool{}, unsure: map[string]int{}, history: map[string][]string{}, woken: map[string]bool{},
+		deadSeen: map[string]bool{}, disturbed: map[string]bool{}, rebound: map[string]bool{}, everPlaced: map[string]bool{}, unsure: map[string]int{}, history: map[string][]string{}, woken: map[string]bool{},
 	}
 	w.truth = fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}).Build()
@@ -491,6 +492,17 @@ func (w *world) changeLoad(pl *schedulingv1alpha1.Pipeline) {
 	w.disturbed[pl.Name] = true
 }
 
+// deleteBinding deletes a binding by hand; its pipeline writes it again.
+func (w *world) deleteBinding() {
+	bs := w.bindings()
+	if len(bs) == 0 {
+		return
+	}
+	b := bs[w.rng.IntN(len(bs))]
+	w.disturbed[b.Spec.Pipeline], w.rebound[b.Spec.Pipeline] = true, true
+	w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, b)))
+}
+
 func (w *world) podNames() []string { return slices.Sorted(mapKeys(w.pods)) }
 
 // changeClass moves one stage of a pipeline to another class.
@@ -661,7 +673,7 @@ func (w *world) checkPipelines() {
 			continue
 		}
 		specChanged := w.phaseGen[name] != pl.Generation
-		if backwards(old, now) && !specChanged {
+		if backwards(old, now) && !specChanged && !w.rebound[name] {
 			w.t.Fatalf("step %d: pipeline %s went %s -> %s with no change of spec: a phase moved backwards%s", w.step, name, old, now, w.dump(name))
 		}
 		if old == schedulingv1alpha1.PipelineReady && now != schedulingv1alpha1.PipelineReady && !w.disturbed[name] && !specChanged {
@@ -678,6 +690,7 @@ func (w *world) checkPipelines() {
 				// Ready on live workers: a later exit from Ready needs a new cause. (Ready read
 				// from a cache that has not seen a worker's death yet keeps the death counted.)
 				w.disturbed[name] = false
+				w.rebound[name] = false
 			}
 		}
 		w.phase[name], w.phaseGen[name] = now, pl.Generation
@@ -768,6 +781,8 @@ func (w *world) randomStep() {
 		w.relabel(names[w.rng.IntN(len(names))])
 	case x < 18 && w.outage == 0:
 		w.outage = 2 + w.rng.IntN(8) // the binding watch breaks; the informer relists later
+	case x < 19:
+		w.deleteBinding()
 	}
 	// Killed Pods come back under the same name, as a WorkerSet re-creates them.
 	for _, name := range slices.Sorted(mapKeys(w.dead)) {
