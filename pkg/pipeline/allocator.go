@@ -32,11 +32,11 @@ type Allocator struct {
 	// dropped are the namespaces given up (DropNamespace) whose events are ignored.
 	dropped map[string]bool
 
-	// wake enqueues a Pipeline (set by the Pipeline controller); classChanged enqueues a
-	// WorkerClass (set by the WorkerClass controller). Both are called outside every lock.
 	// synced say whether each feeding handler has seen its informer's initial list.
 	synced []func() bool
 
+	// wake enqueues a Pipeline (set by the Pipeline controller); classChanged enqueues a
+	// WorkerClass (set by the WorkerClass controller). Both are called outside every lock.
 	wakeMu       sync.RWMutex
 	wake         func(namespace, pipeline string)
 	classChanged func(namespace, class string)
@@ -85,7 +85,7 @@ type classState struct {
 	// requested counts the stages of this class over the pipelines that count for the autoscaler,
 	// by load, so the sum of the loads that fit one worker is cheap whatever the capacity.
 	requested map[int64]int64
-	// allocated is the observed load bound to this class's workers.
+	// allocated is the observed load of the bindings that name this class.
 	allocated int64
 
 	// waiting are the Pipelines waiting for capacity of this class, oldest first, with their load.
@@ -116,13 +116,14 @@ type holding struct {
 type bindingState struct {
 	name, pipeline, class string
 	phase                 string  // as the cache shows it; empty when absent
-	observed              holding // from the cache; zero when absent, deleted or its Pipeline is gone
+	observed              holding // from the cache; zero when absent or deleted
 	observedGen           int64
 	observedUID           types.UID // the incarnation the cache shows
 	present               bool      // the cache shows the binding
 	pending               []*Reservation
 	// counted is what the binding contributes to the workers now: the union of the observed and
-	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map).
+	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map); nothing
+	// while its Pipeline is unknown or gone.
 	counted []holding
 	// countedObs is the observed load the binding adds to the allocated total of the class its
 	// cached copy names.

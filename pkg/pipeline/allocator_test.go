@@ -82,10 +82,10 @@ var (
 	errTimeout  = apierrors.NewTimeoutError("slow", 1)
 )
 
-// Defect 1: a later reconcile of the same pipeline, on a cache that does not show the first
-// reconcile's binding yet, must not drop the first reservation. The old ledger replaced it with the
-// second plan ({green-1}), whose create then failed with AlreadyExists: nothing counted green-0 any
-// more, and another pipeline over-committed it.
+// A later reconcile of the same pipeline, on a cache that does not show the first reconcile's
+// binding yet, must not drop the first reservation: if the second plan ({green-1}) replaced it and
+// its create then failed with AlreadyExists, nothing would count green-0, and another pipeline
+// would over-commit it.
 func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	a := greenWorld(t, 2)
 	pa := allocPipeline("a", 10, "green")
@@ -122,7 +122,7 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	}
 }
 
-// Defect 2: a write the API server refused (Conflict) releases its reservation at once; one whose
+// A write the API server refused (Conflict) releases its reservation at once; one whose
 // outcome is unknown (a timeout) keeps it, since it may have applied.
 func TestAllocatorSettlesByOutcome(t *testing.T) {
 	tests := []struct {
@@ -158,9 +158,8 @@ func TestAllocatorSettlesByOutcome(t *testing.T) {
 	}
 }
 
-// Defect 3: placing a stage again with a new load counts its own current load as free on its
-// current Pod, for that stage only: the old code counted it twice, so 6 → 8 on a worker of 10
-// did not fit.
+// Placing a stage again with a new load counts its own current load as free on its current Pod,
+// for that stage only: counted twice, 6 → 8 on a worker of 10 would not fit.
 func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	a := greenWorld(t, 2)
 	pl := allocPipeline("a", 8, "green", "green")
@@ -182,7 +181,7 @@ func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	}
 }
 
-// Defect 3, the status side: a new load that does not fit leaves the stages on their old load and
+// The status side of a new load: a new load that does not fit leaves the stages on their old load and
 // says so; observedGeneration does not claim the new spec.
 func TestRespecThatDoesNotFitIsReported(t *testing.T) {
 	pl := allocPipeline("a", 12, "green")
@@ -207,7 +206,7 @@ func TestRespecThatDoesNotFitIsReported(t *testing.T) {
 	}
 }
 
-// Defect 4: binding names collide (pipeline a, stage b-c and pipeline a-b, stage c both make
+// Binding names can collide (pipeline a, stage b-c and pipeline a-b, stage c both make
 // a-b-c). The loser is refused with a condition naming the other object, and writes nothing.
 func TestBindingNameTakenIsRefused(t *testing.T) {
 	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
@@ -229,7 +228,7 @@ func TestBindingNameTakenIsRefused(t *testing.T) {
 	}
 }
 
-// Defect 5: a stage whose Pod was replaced under the same name is placed again in one write that
+// A stage whose Pod was replaced under the same name is placed again in one write that
 // changes spec.podUID, never through an unset (whose empty selector made the Service's endpoints
 // flap); and a Ready pipeline is not sent back to Plotted by a binding status that lags.
 func TestRepairIsOneWriteAndPhasesOnlyMoveForward(t *testing.T) {

@@ -37,9 +37,9 @@ func (c *heldCreates) land(ctx context.Context) error {
 	return nil
 }
 
-// A binding create that times out and has not landed when the controller looks keeps its
-// reservation: the controller used to read the binding past the cache, find nothing yet and
-// release it, and the write landed afterwards on a worker already given to another pipeline.
+// A binding create that times out and has not landed when the controller looks again keeps its
+// reservation: a read that finds nothing yet proves nothing, and a write that lands afterwards
+// would land on a worker already given to another pipeline.
 func TestUnknownOutcomeKeepsItsReservation(t *testing.T) {
 	w := newWorld(t, 1)
 	held := &heldCreates{Client: w.r.Client}
@@ -89,8 +89,8 @@ func (s *statusHookWriter) Patch(ctx context.Context, obj client.Object, patch c
 }
 
 // A status write that races the Pipeline's delete does not bring the Pipeline back into the
-// allocator: writeStatus used to record the copy it wrote after the informer had delivered the
-// delete, and its request counted for good.
+// allocator: a copy recorded after the informer delivered the delete would count its request for
+// good.
 func TestStatusWriteRacingADeleteCountsNothing(t *testing.T) {
 	w := newWorld(t, 1)
 	pl := fixtures.MakePipeline(worldNS, "a").UID("a").Load(5).Stage("first", "green").Obj()

@@ -28,9 +28,9 @@ func feedAll(a *Allocator, objs ...client.Object) {
 	}
 }
 
-// A stage that moves to another class takes its load off the old class's worker: the recount
-// used to subtract it from the new class (the old worker stayed full for good, and a worker with
-// a negative load appeared in the new class).
+// A stage that moves to another class takes its load off the Pod it was counted on, and its
+// observed total off the old class: taken from the new class instead, the old worker would stay
+// full for good, and a worker with a negative load would appear in the new class.
 func TestAllocatorStageClassChange(t *testing.T) {
 	green := fixtures.MakeWorkerClass("ns", "green").Capacity(10).Obj()
 	blue := fixtures.MakeWorkerClass("ns", "blue").Capacity(10).Obj()
@@ -72,8 +72,8 @@ func TestAllocatorStageClassChange(t *testing.T) {
 }
 
 // A Pod whose class label is removed, or names another class, leaves its old class at once, also
-// when it is deleted afterwards: it used to stay a Ready worker there, and Pack kept choosing it.
-// The load its bindings put on it stays with the Pod.
+// when it is deleted afterwards: a ghost left Ready there is what Pack would choose first. The load
+// its bindings put on it stays with the Pod.
 func TestAllocatorPodLeavesItsClass(t *testing.T) {
 	labelled := func(class string) *corev1.Pod {
 		p := fixtures.ReadyWorkerPod("ns", "green", 0)

@@ -94,8 +94,8 @@ func TestAllocatorUnknownOutcome(t *testing.T) {
 }
 
 // An applied write the cache never shows (the binding was deleted before the cache saw the write,
-// and a relist after a broken watch coalesced the two) is let go after unseenWriteWindow: it used
-// to stay pending for good, its pipeline waiting and its load counted.
+// and a relist after a broken watch coalesced the two) is let go after unseenWriteWindow: kept,
+// its pipeline would wait and its load count for good.
 func TestAllocatorWriteTheCacheNeverShows(t *testing.T) {
 	older := plb("u0", 3, "")
 	tests := []struct {
