@@ -60,13 +60,17 @@ func checkInvariants(t testing.TB, a *Allocator, objs ...client.Object) {
 
 // selfCheckLocked recounts the namespace from its bindings and Pipelines.
 func (s *nsState) selfCheckLocked() []error {
-	var errs []error
-	onPod := map[string]int64{}
-	classObs := map[string]int64{}
+	onPod, classObs, errs := s.recountBindingsLocked()
+	errs = append(errs, s.checkWorkersLocked(onPod)...)
+	return append(errs, s.checkClassesLocked(classObs)...)
+}
+
+// recountBindingsLocked recounts from scratch what the bindings put on each Pod and each class.
+func (s *nsState) recountBindingsLocked() (onPod, classObs map[string]int64, errs []error) {
+	onPod, classObs = map[string]int64{}, map[string]int64{}
 	for _, bs := range s.bindings {
-		_, live := s.pipelines[bs.pipeline]
 		want := map[string]int64{}
-		if live {
+		if _, live := s.pipelines[bs.pipeline]; live {
 			for _, h := range append([]holding{bs.observed}, holdsOf(bs.pending)...) {
 				if h.pod != "" {
 					want[h.pod] = max(want[h.pod], h.load)
@@ -83,6 +87,11 @@ func (s *nsState) selfCheckLocked() []error {
 			errs = append(errs, fmt.Errorf("binding %s counts %v, its holdings are %v", bs.name, got, want))
 		}
 	}
+	return onPod, classObs, errs
+}
+
+func (s *nsState) checkWorkersLocked(onPod map[string]int64) []error {
+	var errs []error
 	for name, w := range s.workers {
 		if w.allocated < 0 || w.allocated != onPod[name] {
 			errs = append(errs, fmt.Errorf("worker %s holds %d, its bindings %d", name, w.allocated, onPod[name]))
@@ -99,12 +108,17 @@ func (s *nsState) selfCheckLocked() []error {
 			errs = append(errs, fmt.Errorf("Pod %s carries %d that no worker entry counts", pod, onPod[pod]))
 		}
 	}
+	return errs
+}
+
+func (s *nsState) checkClassesLocked(classObs map[string]int64) []error {
+	var errs []error
 	requested := map[string]map[int64]int64{}
 	for _, p := range s.pipelines {
-		if !p.counts {
-			continue
-		}
 		for _, c := range p.classes {
+			if !p.counts {
+				break
+			}
 			if requested[c] == nil {
 				requested[c] = map[int64]int64{}
 			}
@@ -150,69 +164,74 @@ func countedMap(hs []holding) map[string]int64 {
 	return out
 }
 
-// agreesLocked compares the namespace with the objects its informers delivered.
+// agreesLocked compares the namespace with the objects its informers delivered: each object is
+// known as it shows, and nothing it does not show is known.
 func (s *nsState) agreesLocked(objs []client.Object) []error {
 	var errs []error
-	pipelines, classes := map[string]bool{}, map[string]bool{}
-	bindings, pods := map[string]bool{}, map[string]bool{}
+	shown := map[string]bool{} // kind/name
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *schedulingv1alpha1.Pipeline:
-			if o.DeletionTimestamp != nil {
-				continue
-			}
-			pipelines[o.Name] = true
-			if p := s.pipelines[o.Name]; p == nil || p.load != int64(o.Spec.DocumentsPerSecond) {
-				errs = append(errs, fmt.Errorf("Pipeline %s (load %d) is not known with its load: %+v", o.Name, o.Spec.DocumentsPerSecond, p))
-			}
-		case *schedulingv1alpha1.PipelineBinding:
-			bindings[o.Name] = true
-			want := holding{pod: o.Spec.Pod, load: int64(o.Spec.DocumentsPerSecond)}
-			if o.DeletionTimestamp != nil {
-				want = holding{}
-			}
-			if bs := s.bindings[o.Name]; bs == nil || !bs.present || bs.observed != want || bs.class != o.Spec.Class {
-				errs = append(errs, fmt.Errorf("binding %s (%s on %q) is not known as the cache shows it", o.Name, o.Spec.Class, o.Spec.Pod))
-			}
-		case *schedulingv1alpha1.WorkerClass:
-			classes[o.Name] = true
-			if c := s.classes[o.Name]; c == nil || !c.exists || c.capacity != int64(o.Spec.Capacity) {
-				errs = append(errs, fmt.Errorf("WorkerClass %s (capacity %d) is not known with its capacity", o.Name, o.Spec.Capacity))
-			}
-		case *corev1.Pod:
-			class := o.Labels[schedulingv1alpha1.WorkerClassLabel]
-			if class == "" {
-				continue
-			}
-			pods[o.Name] = true
-			w := s.workers[o.Name]
-			usable := workerpod.Ready(o) && !workerpod.PreparingDelete(o)
-			if w == nil || w.class != class || w.uid != o.UID || w.usable() != usable {
-				errs = append(errs, fmt.Errorf("Pod %s (class %s, uid %s, usable %v) is not its class's worker as it shows: %+v", o.Name, class, o.UID, usable, w))
-			}
+		if err := s.knowsLocked(o); err != nil {
+			errs = append(errs, err)
+		}
+		if o.GetDeletionTimestamp() == nil || kindOf(o) == "PipelineBinding" {
+			shown[fmt.Sprintf("%T/%s", o, o.GetName())] = true
+		}
+	}
+	ghost := func(what string, o client.Object, name string) {
+		if !shown[fmt.Sprintf("%T/%s", o, name)] {
+			errs = append(errs, fmt.Errorf("%s %s is known but not shown: a ghost", what, name))
 		}
 	}
 	for name := range s.pipelines {
-		if !pipelines[name] {
-			errs = append(errs, fmt.Errorf("Pipeline %s is counted but not shown: a ghost", name))
-		}
+		ghost("Pipeline", &schedulingv1alpha1.Pipeline{}, name)
 	}
 	for name, bs := range s.bindings {
-		if bs.present && !bindings[name] {
-			errs = append(errs, fmt.Errorf("binding %s is present but not shown: a ghost", name))
+		if bs.present {
+			ghost("binding", &schedulingv1alpha1.PipelineBinding{}, name)
 		}
 	}
 	for name, c := range s.classes {
-		if c.exists && !classes[name] {
-			errs = append(errs, fmt.Errorf("WorkerClass %s exists but is not shown", name))
+		if c.exists {
+			ghost("WorkerClass", &schedulingv1alpha1.WorkerClass{}, name)
 		}
 		for pod := range c.workers {
-			if !pods[pod] {
-				errs = append(errs, fmt.Errorf("Pod %s is a worker of class %s but not shown: a ghost", pod, name))
-			}
+			ghost("worker Pod", &corev1.Pod{}, pod)
 		}
 	}
 	return errs
+}
+
+// knowsLocked says how the namespace's state differs from one object its informers delivered.
+func (s *nsState) knowsLocked(o client.Object) error {
+	switch o := o.(type) {
+	case *schedulingv1alpha1.Pipeline:
+		if p := s.pipelines[o.Name]; o.DeletionTimestamp == nil && (p == nil || p.load != int64(o.Spec.DocumentsPerSecond)) {
+			return fmt.Errorf("Pipeline %s (load %d) is not known with its load: %+v", o.Name, o.Spec.DocumentsPerSecond, p)
+		}
+	case *schedulingv1alpha1.PipelineBinding:
+		want := holding{pod: o.Spec.Pod, load: int64(o.Spec.DocumentsPerSecond)}
+		if o.DeletionTimestamp != nil {
+			want = holding{}
+		}
+		if bs := s.bindings[o.Name]; bs == nil || !bs.present || bs.observed != want || bs.class != o.Spec.Class {
+			return fmt.Errorf("binding %s (%s on %q) is not known as the cache shows it", o.Name, o.Spec.Class, o.Spec.Pod)
+		}
+	case *schedulingv1alpha1.WorkerClass:
+		if c := s.classes[o.Name]; c == nil || !c.exists || c.capacity != int64(o.Spec.Capacity) {
+			return fmt.Errorf("WorkerClass %s (capacity %d) is not known with its capacity", o.Name, o.Spec.Capacity)
+		}
+	case *corev1.Pod:
+		class := o.Labels[schedulingv1alpha1.WorkerClassLabel]
+		w := s.workers[o.Name]
+		usable := workerpod.Ready(o) && !workerpod.PreparingDelete(o)
+		if class != "" && (w == nil || w.class != class || w.uid != o.UID || w.usable() != usable) {
+			return fmt.Errorf("Pod %s (class %s, uid %s, usable %v) is not its class's worker as it shows: %+v", o.Name, class, o.UID, usable, w)
+		}
+		if class == "" && w != nil && w.class != "" {
+			return fmt.Errorf("Pod %s, labelled with no class, is a worker of class %s", o.Name, w.class)
+		}
+	}
+	return nil
 }
 
 // overCommitted lists the Pods that carry more than their class's capacity in objs.
