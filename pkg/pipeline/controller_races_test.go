@@ -110,3 +110,35 @@ func TestStatusWriteRacingADeleteCountsNothing(t *testing.T) {
 		t.Errorf("green's pipelines after the delete: %v", got)
 	}
 }
+
+// A reconcile that runs before the allocator's handler has seen a new Pipeline (the cache's store
+// shows it first) decides and writes nothing, not even a status, and looks again shortly.
+func TestReconcileBeforeTheAllocatorKnowsThePipeline(t *testing.T) {
+	w := newWorld(t, 1)
+	pl := fixtures.MakePipeline(worldNS, "a").UID("a").Load(5).Stage("first", "green").Obj()
+	w.must(w.truth.Create(w.ctx, pl))
+	stored := pl.DeepCopy()
+	w.must(w.truth.Get(w.ctx, client.ObjectKeyFromObject(pl), stored))
+	w.cache["Pipeline"] = map[string]client.Object{"a": stored} // the store, before the handlers run
+
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: worldNS, Name: "a"}}
+	res, err := w.r.Reconcile(ctrl.LoggerInto(w.ctx, ctrl.Log), req)
+	if err != nil || res.RequeueAfter != raceRequeue {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue after %v", res, err, raceRequeue)
+	}
+	if b := w.bindings(); len(b) != 0 {
+		t.Errorf("bindings written for a pipeline the allocator does not know: %d", len(b))
+	}
+	w.must(w.truth.Get(w.ctx, client.ObjectKeyFromObject(pl), stored))
+	if stored.Status.Phase != "" || len(stored.Status.Conditions) != 0 {
+		t.Errorf("status written: %+v", stored.Status)
+	}
+
+	w.syncAll()
+	if _, err := w.r.Reconcile(ctrl.LoggerInto(w.ctx, ctrl.Log), req); err != nil {
+		t.Fatal(err)
+	}
+	if b := w.bindings(); len(b) != 1 || b[0].Spec.Pod == "" {
+		t.Errorf("once known, the pipeline is placed: %v", b)
+	}
+}

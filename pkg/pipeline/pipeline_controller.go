@@ -176,6 +176,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	s.plan = decide(s)
 	writeErr := r.apply(ctx, s)
+	if errors.Is(writeErr, errPipelineNotKnown) {
+		// Nothing was decided, so nothing is reported: the allocator's handler runs after the
+		// cache's store shows a new Pipeline, and this reconcile came first.
+		return ctrl.Result{RequeueAfter: raceRequeue}, nil
+	}
 	r.readBoundPods(ctx, s)
 	routesErr := r.syncRoutes(ctx, s)
 	var inTheWay *routesInTheWayError
@@ -321,6 +326,9 @@ func stageClasses(pl *schedulingv1alpha1.Pipeline) []string {
 	return out
 }
 
+// errPipelineNotKnown says the allocator has not seen the Pipeline (this incarnation of it) yet.
+var errPipelineNotKnown = errors.New("the allocator has not seen this pipeline yet")
+
 // apply carries out the plan: releases, deletes, then placement through the allocator and the
 // binding writes, which go out concurrently.
 func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
@@ -353,8 +361,7 @@ func (r *Reconciler) apply(ctx context.Context, s *pipelineScope) error {
 	moves := onlyMoves(p.place)
 	placement := r.Allocator.Place(pl, requests, !moves)
 	if placement.Unknown {
-		s.raced = true // the allocator has not seen this pipeline yet: look again shortly
-		return nil
+		return errPipelineNotKnown
 	}
 	if placement.Unplaced != nil {
 		if moves {

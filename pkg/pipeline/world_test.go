@@ -349,7 +349,9 @@ func (c *simClient) send(obj client.Object, timeout bool, applyIn int, write fun
 	case applyIn > 0:
 		c.w.late = append(c.w.late, lateWrite{due: c.w.step + applyIn, apply: func() error {
 			c.w.unsure[sent.Spec.Pipeline] = c.w.step
-			return write(sent)
+			err := write(sent)
+			c.w.history[sent.Spec.Pipeline] = append(c.w.history[sent.Spec.Pipeline], fmt.Sprintf("%d:late %s on %s: %v", c.w.step, sent.Name, sent.Spec.Pod, err))
+			return err
 		}})
 	case applyIn == 0:
 		if err := write(sent); err != nil {
@@ -500,6 +502,7 @@ func (w *world) deleteBinding() {
 	}
 	b := bs[w.rng.IntN(len(bs))]
 	w.disturbed[b.Spec.Pipeline], w.rebound[b.Spec.Pipeline] = true, true
+	w.history[b.Spec.Pipeline] = append(w.history[b.Spec.Pipeline], fmt.Sprintf("%d:deleted %s", w.step, b.Name))
 	w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, b)))
 }
 
@@ -514,6 +517,7 @@ func (w *world) changeClass(pl *schedulingv1alpha1.Pipeline) {
 	pl.Spec.Workers[name] = st
 	pl.Generation++
 	w.must(w.truth.Update(w.ctx, pl))
+	w.history[pl.Name] = append(w.history[pl.Name], fmt.Sprintf("%d:%s->%s", w.step, name, st.Class))
 	w.disturbed[pl.Name] = true
 }
 
@@ -686,15 +690,32 @@ func (w *world) checkPipelines() {
 			if w.deadSeen[name] {
 				w.t.Fatalf("step %d: pipeline %s became Ready without being Broken after a DeadEnd binding%s", w.step, name, w.dump(name))
 			}
-			if w.workersAlive(name) {
+			if w.workersAlive(name) && w.allBound(pl) {
 				// Ready on live workers: a later exit from Ready needs a new cause. (Ready read
-				// from a cache that has not seen a worker's death yet keeps the death counted.)
+				// from a cache that has not seen a worker's death, or a binding's delete, yet keeps
+				// the cause counted.)
 				w.disturbed[name] = false
 				w.rebound[name] = false
 			}
 		}
 		w.phase[name], w.phaseGen[name] = now, pl.Generation
 	}
+}
+
+// allBound says every stage of the pipeline has a binding in the API server that names a Pod.
+func (w *world) allBound(pl *schedulingv1alpha1.Pipeline) bool {
+	bound := map[string]bool{}
+	for _, b := range w.bindings() {
+		if b.Spec.Pipeline == pl.Name && b.Spec.Pod != "" {
+			bound[b.Spec.Stage] = true
+		}
+	}
+	for stage := range pl.Spec.Workers {
+		if !bound[stage] {
+			return false
+		}
+	}
+	return true
 }
 
 // workersAlive says every binding of the pipeline names a Pod that exists, with the UID the
@@ -728,14 +749,17 @@ func backwards(old, now schedulingv1alpha1.PipelinePhase) bool {
 
 func (w *world) reconcile(name string) {
 	// What the controller can see: a DeadEnd binding in the cache, for the binding's current spec
-	// (not an older copy the controller already repaired), must lead to Broken.
+	// (not an older copy the controller already repaired) and for its stage's class (a stage moved
+	// to another class is placed anew anyway), must lead to Broken.
 	for _, o := range w.cache["PipelineBinding"] {
 		current := &schedulingv1alpha1.PipelineBinding{}
 		if b := o.(*schedulingv1alpha1.PipelineBinding); b.Spec.Pipeline == name && isDeadEnd(b) &&
 			w.truth.Get(w.ctx, client.ObjectKeyFromObject(b), current) == nil && current.Generation == b.Generation {
 			live := &schedulingv1alpha1.Pipeline{}
-			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) {
+			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) &&
+				live.Spec.Workers[b.Spec.Stage].Class == b.Spec.Class {
 				w.deadSeen[name] = true
+				w.history[name] = append(w.history[name], fmt.Sprintf("%d:DeadEnd %s gen %d on %s", w.step, b.Name, b.Generation, b.Spec.Pod))
 			}
 		}
 	}
