@@ -64,16 +64,26 @@ func allocated(a *Allocator, class string) map[string]int64 {
 	return out
 }
 
+// wrote is a binding as a write sent it or got it back: its generation and UID, and a
+// resourceVersion unless gen is 0 (a create).
+func wrote(gen int64, uid types.UID) *schedulingv1alpha1.PipelineBinding {
+	b := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Generation: gen, UID: uid}}
+	if gen > 0 {
+		b.ResourceVersion = fmt.Sprint(gen)
+	}
+	return b
+}
+
 var (
 	errConflict = apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, "x", fmt.Errorf("stale"))
 	errExists   = apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pipelinebindings"}, "x")
 	errTimeout  = apierrors.NewTimeoutError("slow", 1)
 )
 
-// Defect 1: a later reconcile of the same pipeline, on a cache that does not show the first
-// reconcile's binding yet, must not drop the first reservation. The old ledger replaced it with the
-// second plan ({green-1}), whose create then failed with AlreadyExists: nothing counted green-0 any
-// more, and another pipeline over-committed it.
+// A later reconcile of the same pipeline, on a cache that does not show the first reconcile's
+// binding yet, must not drop the first reservation: if the second plan ({green-1}) replaced it and
+// its create then failed with AlreadyExists, nothing would count green-0, and another pipeline
+// would over-commit it.
 func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	a := greenWorld(t, 2)
 	pa := allocPipeline("a", 10, "green")
@@ -84,8 +94,8 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	if first.Unplaced != nil || first.Pods["s0"] != "green-0" {
 		t.Fatalf("first placement: %+v", first)
 	}
-	a.Settle(first.Reservations[0], 1, "", nil) // created; the cache has not shown it yet
-	if a.Settled("ns", []string{"a-s0"}, nil) {
+	a.Settle(first.Reservations[0], wrote(1, ""), nil) // created; the cache has not shown it yet
+	if a.Observe("ns", []string{"a-s0"}, nil) {
 		t.Fatal("Settled with a write the cache does not show: a second reconcile could undo it")
 	}
 	// A second reconcile that decided anyway: green-0 is still held, so it picks green-1 ...
@@ -94,7 +104,7 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 		t.Fatalf("second placement on %v, want green-1: green-0 is held by the first write", second.Pods)
 	}
 	// ... and its create fails: only its own reservation goes.
-	a.Settle(second.Reservations[0], 0, "", errExists)
+	a.Settle(second.Reservations[0], wrote(0, ""), errExists)
 	if got := allocated(a, "green"); got["green-0"] != 10 || got["green-1"] != 0 {
 		t.Fatalf("allocated %v, want green-0=10 (the first write), green-1=0", got)
 	}
@@ -105,12 +115,12 @@ func TestAllocatorKeepsEveryWritesReservation(t *testing.T) {
 	}
 	// The cache shows the first write: it becomes observed, the numbers stay.
 	a.OnBinding(allocBinding("a", "s0", "green", "green-0", 10, 1), false)
-	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-0"] != 10 {
-		t.Fatalf("after the cache caught up: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	if !a.Observe("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-0"] != 10 {
+		t.Fatalf("after the cache caught up: settled %v, allocated %v", a.Observe("ns", []string{"a-s0"}, nil), allocated(a, "green"))
 	}
 }
 
-// Defect 2: a write the API server refused (Conflict) releases its reservation at once; one whose
+// A write the API server refused (Conflict) releases its reservation at once; one whose
 // outcome is unknown (a timeout) keeps it, since it may have applied.
 func TestAllocatorSettlesByOutcome(t *testing.T) {
 	tests := []struct {
@@ -137,7 +147,7 @@ func TestAllocatorSettlesByOutcome(t *testing.T) {
 			if p.Pods["s0"] != "green-1" {
 				t.Fatalf("move placed on %v", p.Pods)
 			}
-			a.Settle(p.Reservations[0], 2, "", tt.err)
+			a.Settle(p.Reservations[0], wrote(2, ""), tt.err)
 			got := allocated(a, "green")
 			if got["green-1"] != tt.wantHeld || got["green-0"] != 10 {
 				t.Fatalf("allocated %v, want green-1=%d and green-0=10 (the binding still holds it until the cache shows the move)", got, tt.wantHeld)
@@ -146,9 +156,8 @@ func TestAllocatorSettlesByOutcome(t *testing.T) {
 	}
 }
 
-// Defect 3: placing a stage again with a new load counts its own current load as free on its
-// current Pod, for that stage only: the old code counted it twice, so 6 → 8 on a worker of 10
-// did not fit.
+// Placing a stage again with a new load counts its own current load as free on its current Pod,
+// for that stage only: counted twice, 6 → 8 on a worker of 10 would not fit.
 func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	a := greenWorld(t, 2)
 	pl := allocPipeline("a", 8, "green", "green")
@@ -160,7 +169,7 @@ func TestPlaceCreditsOnlyTheStagesOwnLoad(t *testing.T) {
 	}
 	// The credit is not for another stage: s1 (new, 4) may not use s0's 6 on green-0, since s0's
 	// write may fail and leave it there.
-	a.Settle(p.Reservations[0], 0, "", errConflict)
+	a.Settle(p.Reservations[0], wrote(0, ""), errConflict)
 	q := a.Place(pl, []StageRequest{
 		{Stage: "s0", Binding: "a-s0", Class: "green", Load: 8, Current: "green-0"},
 		{Stage: "s1", Binding: "a-s1", Class: "green", Load: 4},
@@ -220,7 +229,7 @@ func TestAllocatorTellsIncarnationsApart(t *testing.T) {
 	if p.Unplaced != nil || p.Pods["s0"] != "green-1" {
 		t.Fatalf("placement %+v, want green-1 (green-0 still shows the old incarnation)", p)
 	}
-	a.Settle(p.Reservations[0], 1, "uid-new", nil) // the new incarnation, created
+	a.Settle(p.Reservations[0], wrote(1, "uid-new"), nil) // the new incarnation, created
 	if got := allocated(a, "green"); got["green-1"] != 10 {
 		t.Fatalf("allocated %v after the create: green-1 must stay held until the cache shows it", got)
 	}
@@ -236,8 +245,8 @@ func TestAllocatorTellsIncarnationsApart(t *testing.T) {
 	created := allocBinding("a", "s0", "green", "green-1", 10, 1) // ... and the new one comes
 	created.UID = "uid-new"
 	a.OnBinding(created, false)
-	if !a.Settled("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
-		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Settled("ns", []string{"a-s0"}, nil), allocated(a, "green"))
+	if !a.Observe("ns", []string{"a-s0"}, nil) || allocated(a, "green")["green-1"] != 10 {
+		t.Fatalf("after the new incarnation showed: settled %v, allocated %v", a.Observe("ns", []string{"a-s0"}, nil), allocated(a, "green"))
 	}
 }
 

@@ -7,10 +7,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -96,10 +94,7 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 			} else {
 				w.err = r.Update(ctx, w.obj)
 			}
-			if w.err != nil && !writeNotApplied(w.err) {
-				w.err = r.resolveUnknown(ctx, w)
-			}
-			r.Allocator.Settle(w.res, w.obj.Generation, w.obj.UID, w.err)
+			r.Allocator.Settle(w.res, w.obj, w.err)
 		})
 	}
 	wg.Wait()
@@ -121,30 +116,6 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 	}
 }
 
-// resolveUnknown reads a binding from the API server after a write whose outcome is unknown: if
-// the binding holds what the write wanted, the write applied (nil, with the object's generation in
-// w.obj); otherwise it did not (a Conflict, so the reservation is released). If the read fails too,
-// the outcome stays unknown and the original error is kept.
-func (r *Reconciler) resolveUnknown(ctx context.Context, w *bindingWrite) error {
-	if r.APIReader == nil {
-		return w.err
-	}
-	live := &schedulingv1alpha1.PipelineBinding{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(w.obj), live)
-	switch {
-	case apierrors.IsNotFound(err):
-		return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-			fmt.Errorf("the write did not apply: %w", w.err))
-	case err != nil:
-		return w.err
-	case apiequality.Semantic.DeepEqual(live.Spec, w.obj.Spec):
-		w.obj = live
-		return nil
-	}
-	return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), w.obj.Name,
-		fmt.Errorf("the write did not apply: %w", w.err))
-}
-
 // deleteStale deletes the bindings of stages no longer in the spec.
 func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope, stages []string, o *outcome) {
 	var errs []error
@@ -155,7 +126,7 @@ func (r *Reconciler) deleteStale(ctx context.Context, s *pipelineScope, stages [
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
-		r.Allocator.Settle(res, b.Generation+1, b.UID, err)
+		r.Allocator.Settle(res, b, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("delete binding %s: %w", b.Name, err))
 			continue

@@ -53,8 +53,8 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 	// Allocator holds the capacity accounting; it must be fed by RegisterAllocator.
 	Allocator *Allocator
-	// APIReader reads from the API server directly, past the cache: it settles a binding write
-	// whose outcome is unknown (a timeout) at once, instead of waiting for the cache.
+	// APIReader reads from the API server directly, past the cache: a class created just before
+	// its pipeline, and a pipeline whose cached status is older than the one this controller wrote.
 	APIReader client.Reader
 
 	// statuses remembers the status this controller last wrote for each pipeline, so a
@@ -184,6 +184,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Moves wait for room like any placement: a blocked move is woken when capacity frees,
 		// before its Pod's drain times out.
 		got := r.Allocator.Place(pl, a.requests, true)
+		if got.Unknown {
+			// Nothing was decided, so nothing is written, not even a status: the allocator's
+			// handler runs after the cache's store shows a new Pipeline, and this reconcile came
+			// first.
+			return ctrl.Result{RequeueAfter: raceRequeue}, nil
+		}
 		placement = &got
 	}
 	p := planWrites(s, in, a, placement)
@@ -266,7 +272,7 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 			s.workers[b.Spec.Pod] = w
 		}
 	}
-	return s, r.Allocator.Settled(pl.Namespace, names, cached), nil
+	return s, r.Allocator.Observe(pl.Namespace, names, cached), nil
 }
 
 // readBindings reads the pipeline's bindings into the scope: those the allocator knows by
@@ -349,7 +355,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, pl *schedulingv1alpha1.Pip
 		return err
 	}
 	r.statuses.wrote(pl)
-	r.Allocator.OnPipeline(pl, false) // an Invalid pipeline stops counting at once
 	r.recordTransition(ctx, pl, old, &st)
 	return nil
 }

@@ -41,7 +41,6 @@ type unplaceable struct {
 	maxFree      int64
 	workers      int
 	never        bool // the load exceeds one worker's whole capacity
-	gone         bool // the pipeline was deleted meanwhile
 	capacity     int64
 }
 

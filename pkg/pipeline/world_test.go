@@ -30,9 +30,13 @@ import (
 
 // The simulated world runs the real Pipeline Reconciler and Allocator against a fake API server
 // (the truth) read through a cache that lags it, with writes that fail now and then, while seeded
-// random events create and delete pipelines, change loads, add workers, kill workers and drain
-// them. A small binding controller plays the Service's endpoints. After every step it checks:
+// random events create and delete pipelines, change loads and stages' classes, delete bindings,
+// add workers, kill, drain and relabel them, let binding writes time out and apply some steps later, and make the
+// binding informer relist after an outage (so it misses deletes and whole lives of objects). A
+// small binding controller plays the Service's endpoints. After every step it checks:
 //   - no worker is ever over capacity, counting every write the API server applied;
+//   - checkInvariants: the allocator agrees with a recount of itself and with what its informers
+//     delivered (no leaked, negative or ghost load, no ghost worker or Pipeline);
 //   - placement is all or nothing: a pipeline never fully placed holds no worker at all;
 //   - a DeadEnd binding leads its pipeline to Broken before it is Ready again;
 //   - a drain never takes a pipeline out of Ready;
@@ -48,7 +52,7 @@ type world struct {
 	ctx   context.Context
 	truth client.WithWatch
 	cache map[string]map[string]client.Object // kind → name → the cached copy
-	seen  map[string]map[string]string        // kind → name → resourceVersion the allocator saw
+	seen  map[string]map[string]client.Object // kind → name → the copy the allocator saw last
 	alloc *Allocator
 	r     *Reconciler
 	now   time.Time
@@ -59,18 +63,23 @@ type world struct {
 	podOrdinal map[string]int         // every Pod name ever used → its ordinal
 	ordinals   map[string]int         // class → the next ordinal
 	podsSeen   map[string]string      // Pod name → a fingerprint of what the allocator saw
+	podsFed    map[string]*corev1.Pod // Pod name → the copy the allocator saw last
+	podCap     map[string]int64       // Pod name → the most capacity of any class it was labelled with
 	drainSince map[string]int         // draining Pod → step the drain began
 	dead       map[string]bool        // Pods killed, to come back under the same name
 	endpoints  map[string]types.UID   // binding → the Pod UID its Service's endpoint names
 	nextUID    int
 	step       int
 	failWrites bool
+	late       []lateWrite // writes that timed out and apply later
+	outage     int         // steps the binding informer has left before it relists
 
 	// What the invariants remember, per pipeline.
 	phase      map[string]schedulingv1alpha1.PipelinePhase
 	phaseGen   map[string]int64 // the generation when the phase was last recorded
 	deadSeen   map[string]bool  // a binding was DeadEnd since the last Broken
 	disturbed  map[string]bool  // a worker of it was killed since it was last Ready
+	rebound    map[string]bool  // a binding of it was deleted by hand since it was last Ready
 	everPlaced map[string]bool
 	history    map[string][]string
 	unsure     map[string]int // pipeline → the last step one of its binding writes had an unknown outcome
@@ -81,13 +90,13 @@ func newWorld(t *testing.T, seed uint64) *world {
 	scheme := testenv.Scheme()
 	w := &world{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), ctx: context.Background(),
-		cache: map[string]map[string]client.Object{}, seen: map[string]map[string]string{},
+		cache: map[string]map[string]client.Object{}, seen: map[string]map[string]client.Object{},
 		now:      time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC),
 		capacity: map[string]int64{"blue": 30, "green": 15, "yellow": 20},
-		pods:     map[string]*corev1.Pod{}, podClass: map[string]string{}, podOrdinal: map[string]int{}, ordinals: map[string]int{}, podsSeen: map[string]string{}, drainSince: map[string]int{}, dead: map[string]bool{},
+		pods:     map[string]*corev1.Pod{}, podClass: map[string]string{}, podOrdinal: map[string]int{}, ordinals: map[string]int{}, podsSeen: map[string]string{}, podsFed: map[string]*corev1.Pod{}, podCap: map[string]int64{}, drainSince: map[string]int{}, dead: map[string]bool{},
 		endpoints: map[string]types.UID{},
 		phase:     map[string]schedulingv1alpha1.PipelinePhase{}, phaseGen: map[string]int64{},
-		deadSeen: map[string]bool{}, disturbed: map[string]bool{}, everPlaced: map[string]bool{}, unsure: map[string]int{}, history: map[string][]string{}, woken: map[string]bool{},
+		deadSeen: map[string]bool{}, disturbed: map[string]bool{}, rebound: map[string]bool{}, everPlaced: map[string]bool{}, unsure: map[string]int{}, history: map[string][]string{}, woken: map[string]bool{},
 	}
 	w.truth = fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}).Build()
@@ -130,6 +139,7 @@ func (w *world) revive(name string) {
 
 func (w *world) putPod(name, class string, ordinal int) {
 	w.podClass[name], w.podOrdinal[name] = class, ordinal
+	w.podCap[name] = max(w.podCap[name], w.capacity[class])
 	w.nextUID++
 	w.pods[name] = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNS, UID: types.UID(fmt.Sprintf("uid-%d", w.nextUID)), Labels: map[string]string{
@@ -178,36 +188,28 @@ func (w *world) syncKind(kind string) {
 		}
 	}
 	if w.seen[kind] == nil {
-		w.seen[kind] = map[string]string{}
+		w.seen[kind] = map[string]client.Object{}
 	}
 	// The cache's store is updated first, then the handlers run: as in an informer.
 	w.cache[kind] = items
-	for name, o := range items {
-		if w.seen[kind][name] == o.GetResourceVersion() {
+	for _, name := range slices.Sorted(mapKeys(items)) {
+		o := items[name]
+		if seen := w.seen[kind][name]; seen != nil && seen.GetResourceVersion() == o.GetResourceVersion() && seen.GetUID() == o.GetUID() {
 			continue
 		}
-		w.seen[kind][name] = o.GetResourceVersion()
+		if seen := w.seen[kind][name]; seen != nil && seen.GetUID() != o.GetUID() {
+			w.feed(seen, true) // replaced between two lists: a relist deletes the old one first
+		}
+		w.seen[kind][name] = o
 		w.feed(o, false)
 	}
-	for name := range w.seen[kind] {
+	for _, name := range slices.Sorted(mapKeys(w.seen[kind])) {
 		if _, ok := items[name]; !ok {
+			// A delete carries the last state the informer saw (after a relist, as a tombstone).
+			w.feed(w.seen[kind][name], true)
 			delete(w.seen[kind], name)
-			w.feed(deletedStub(kind, name), true)
 		}
 	}
-}
-
-func deletedStub(kind, name string) client.Object {
-	meta := metav1.ObjectMeta{Name: name, Namespace: worldNS}
-	switch kind {
-	case "Pipeline":
-		return &schedulingv1alpha1.Pipeline{ObjectMeta: meta}
-	case "PipelineBinding":
-		return &schedulingv1alpha1.PipelineBinding{ObjectMeta: meta}
-	case "ConfigMap":
-		return &corev1.ConfigMap{ObjectMeta: meta}
-	}
-	return &schedulingv1alpha1.WorkerClass{ObjectMeta: meta}
 }
 
 func (w *world) feed(o client.Object, deleted bool) {
@@ -223,17 +225,18 @@ func (w *world) feed(o client.Object, deleted bool) {
 
 func (w *world) syncPods() {
 	for name, pod := range w.pods {
-		fp := fmt.Sprintf("%s/%v/%s", pod.UID, workerpod.Ready(pod), pod.Labels[appsv1alpha1.LifecycleLabel])
+		fp := fmt.Sprintf("%s/%v/%s/%s", pod.UID, workerpod.Ready(pod), pod.Labels[appsv1alpha1.LifecycleLabel], pod.Labels[schedulingv1alpha1.WorkerClassLabel])
 		if w.podsSeen[name] != fp {
 			w.podsSeen[name] = fp
+			w.podsFed[name] = pod.DeepCopy()
 			w.alloc.OnPod(pod.DeepCopy(), false)
 		}
 	}
 	for name := range w.podsSeen {
 		if w.pods[name] == nil {
 			delete(w.podsSeen, name)
-			w.alloc.OnPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNS,
-				Labels: map[string]string{schedulingv1alpha1.WorkerClassLabel: w.podClass[name]}}}, true)
+			w.alloc.OnPod(w.podsFed[name], true)
+			delete(w.podsFed, name)
 		}
 	}
 }
@@ -243,6 +246,20 @@ func (w *world) syncAll() {
 		w.syncKind(k)
 	}
 	w.syncPods()
+}
+
+// fed is everything the allocator's informers have delivered: what checkInvariants compares it with.
+func (w *world) fed() []client.Object {
+	var out []client.Object
+	for _, k := range kinds {
+		for _, o := range w.seen[k] {
+			out = append(out, o)
+		}
+	}
+	for _, p := range w.podsFed {
+		out = append(out, p)
+	}
+	return out
 }
 
 // simClient reads from the world's lagging cache and writes to the truth, bumping generations as
@@ -291,66 +308,56 @@ func kindOf(obj client.Object) string {
 	return "WorkerClass"
 }
 
-// fail picks what happens to a binding write: nothing, a Conflict, or a timeout that applied or
-// not. The writes of one reconcile go out concurrently, so the choice hangs on the write itself
-// (step, binding, spec), not on the order the goroutines reach the world's random source.
-func (c *simClient) fail(b *schedulingv1alpha1.PipelineBinding) (conflict, timeout, applied bool) {
+// fail picks what happens to a binding write: nothing, a Conflict, or a timeout that applied, did
+// not, or applies some steps later. The writes of one reconcile go out concurrently, so the choice
+// hangs on the write itself (step, binding, spec), not on the order the goroutines reach the
+// world's random source.
+func (c *simClient) fail(b *schedulingv1alpha1.PipelineBinding) (conflict, timeout bool, applyIn int) {
 	if !c.w.failWrites {
-		return false, false, true
+		return false, false, 0
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%d/%s/%s/%d/%d", c.w.seed, c.w.step, b.Name, b.Spec.Pod, b.Spec.DocumentsPerSecond, b.Generation)
 	x := h.Sum64()
 	switch x % 20 {
 	case 0:
-		return true, false, false
+		return true, false, -1
 	case 1:
-		return false, true, (x/20)%2 == 0
-	}
-	return false, false, true
-}
-
-func (c *simClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if _, ok := obj.(*schedulingv1alpha1.PipelineBinding); !ok {
-		return c.Client.Create(ctx, obj, opts...)
-	}
-	conflict, timeout, applied := c.fail(obj.(*schedulingv1alpha1.PipelineBinding))
-	if conflict {
-		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
-	}
-	obj.SetGeneration(1)
-	if applied {
-		if err := c.Client.Create(ctx, obj, opts...); err != nil {
-			return err
+		switch (x / 20) % 3 {
+		case 0:
+			return false, true, 0
+		case 1:
+			return false, true, -1
 		}
-		c.w.boundTo(obj.(*schedulingv1alpha1.PipelineBinding))
+		return false, true, 1 + int((x/60)%8)
 	}
-	if timeout {
-		c.w.unsure[obj.(*schedulingv1alpha1.PipelineBinding).Spec.Pipeline] = c.w.step
-		return apierrors.NewTimeoutError("injected", 1)
-	}
-	return nil
+	return false, false, 0
 }
 
-func (c *simClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	b, ok := obj.(*schedulingv1alpha1.PipelineBinding)
-	if !ok {
-		return c.Client.Update(ctx, obj, opts...)
-	}
-	conflict, timeout, applied := c.fail(b)
-	if conflict {
-		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
-	}
-	old := &schedulingv1alpha1.PipelineBinding{}
-	if err := c.Client.Get(ctx, client.ObjectKeyFromObject(b), old); err != nil {
-		return err
-	}
-	b.Generation = old.Generation
-	if !apiequality.Semantic.DeepEqual(old.Spec, b.Spec) {
-		b.Generation++
-	}
-	if applied {
-		if err := c.Client.Update(ctx, b, opts...); err != nil {
+// lateWrite is a write that timed out and reaches storage some steps later, if it still can.
+type lateWrite struct {
+	due   int
+	apply func() error
+}
+
+// send carries out a binding write: now (applyIn 0), never (-1), or some steps later. A write that
+// times out leaves obj as it was sent, as a client does.
+func (c *simClient) send(obj client.Object, timeout bool, applyIn int, write func(client.Object) error) error {
+	b := obj.(*schedulingv1alpha1.PipelineBinding)
+	sent := b.DeepCopy()
+	switch {
+	case applyIn > 0:
+		c.w.late = append(c.w.late, lateWrite{due: c.w.step + applyIn, apply: func() error {
+			c.w.unsure[sent.Spec.Pipeline] = c.w.step
+			err := write(sent)
+			if err == nil {
+				c.w.boundTo(sent)
+			}
+			c.w.history[sent.Spec.Pipeline] = append(c.w.history[sent.Spec.Pipeline], fmt.Sprintf("%d:late %s on %s: %v", c.w.step, sent.Name, sent.Spec.Pod, err))
+			return err
+		}})
+	case applyIn == 0:
+		if err := write(sent); err != nil {
 			return err
 		}
 		c.w.boundTo(b)
@@ -359,7 +366,70 @@ func (c *simClient) Update(ctx context.Context, obj client.Object, opts ...clien
 		c.w.unsure[b.Spec.Pipeline] = c.w.step
 		return apierrors.NewTimeoutError("injected", 1)
 	}
+	sent.DeepCopyInto(b)
 	return nil
+}
+
+func (c *simClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	b, ok := obj.(*schedulingv1alpha1.PipelineBinding)
+	if !ok {
+		return c.Client.Create(ctx, obj, opts...)
+	}
+	conflict, timeout, applyIn := c.fail(b)
+	if conflict {
+		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
+	}
+	return c.send(obj, timeout, applyIn, func(o client.Object) error {
+		// The API server gives every object a UID and a first generation.
+		c.w.nextUID++
+		o.SetUID(types.UID(fmt.Sprintf("b-uid-%d", c.w.nextUID)))
+		o.SetGeneration(1)
+		return c.Client.Create(ctx, o, opts...)
+	})
+}
+
+func (c *simClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	b, ok := obj.(*schedulingv1alpha1.PipelineBinding)
+	if !ok {
+		return c.Client.Update(ctx, obj, opts...)
+	}
+	conflict, timeout, applyIn := c.fail(b)
+	if conflict {
+		return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), fmt.Errorf("injected"))
+	}
+	return c.send(obj, timeout, applyIn, func(o client.Object) error {
+		// The resourceVersion the write carries is its precondition: a late write to an object
+		// that changed meanwhile is refused, as the API server does.
+		old := &schedulingv1alpha1.PipelineBinding{}
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(o), old); err != nil {
+			return err
+		}
+		if old.ResourceVersion != o.GetResourceVersion() || old.UID != o.GetUID() {
+			return apierrors.NewConflict(schema.GroupResource{Resource: "pipelinebindings"}, o.GetName(), fmt.Errorf("changed"))
+		}
+		nb := o.(*schedulingv1alpha1.PipelineBinding)
+		nb.Generation = old.Generation
+		if !apiequality.Semantic.DeepEqual(old.Spec, nb.Spec) {
+			nb.Generation++
+		}
+		return c.Client.Update(ctx, nb, opts...)
+	})
+}
+
+// landLate applies the late writes that are due (all of them with everything); the ones that can
+// no longer apply (the object changed, exists already, or is gone) change nothing.
+func (w *world) landLate(everything bool) {
+	var keep []lateWrite
+	for _, l := range w.late {
+		if !everything && l.due > w.step {
+			keep = append(keep, l)
+			continue
+		}
+		if err := l.apply(); err != nil && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
+			w.t.Fatalf("late write: %v", err)
+		}
+	}
+	w.late = keep
 }
 
 // boundTo notes a binding written onto a Pod that is already dead: the controller chose it from a
@@ -437,7 +507,58 @@ func (w *world) changeLoad(pl *schedulingv1alpha1.Pipeline) {
 	w.disturbed[pl.Name] = true
 }
 
+// deleteBinding deletes a binding by hand; its pipeline writes it again.
+func (w *world) deleteBinding() {
+	bs := w.bindings()
+	if len(bs) == 0 {
+		return
+	}
+	b := bs[w.rng.IntN(len(bs))]
+	w.disturbed[b.Spec.Pipeline], w.rebound[b.Spec.Pipeline] = true, true
+	w.history[b.Spec.Pipeline] = append(w.history[b.Spec.Pipeline], fmt.Sprintf("%d:deleted %s", w.step, b.Name))
+	w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, b)))
+}
+
 func (w *world) podNames() []string { return slices.Sorted(mapKeys(w.pods)) }
+
+// changeClass moves one stage of a pipeline to another class.
+func (w *world) changeClass(pl *schedulingv1alpha1.Pipeline) {
+	name := slices.Sorted(mapKeys(pl.Spec.Workers))[w.rng.IntN(len(pl.Spec.Workers))]
+	st := pl.Spec.Workers[name]
+	classes := slices.DeleteFunc([]string{"blue", "green", "yellow"}, func(c string) bool { return c == st.Class })
+	st.Class = classes[w.rng.IntN(len(classes))]
+	pl.Spec.Workers[name] = st
+	pl.Generation++
+	w.must(w.truth.Update(w.ctx, pl))
+	w.history[pl.Name] = append(w.history[pl.Name], fmt.Sprintf("%d:%s->%s", w.step, name, st.Class))
+	w.disturbed[pl.Name] = true
+}
+
+// relabel takes a Pod's class label away, or gives it a class whose workers handle at least as
+// much (a class of less capacity would make its load too much for it, which is no placement's
+// doing). The WorkerSet makes a new worker of the old class, as it would for a Pod that left it.
+func (w *world) relabel(name string) {
+	pod := w.pods[name]
+	class := pod.Labels[schedulingv1alpha1.WorkerClassLabel]
+	if class == "" {
+		return
+	}
+	var bigger []string
+	for _, c := range []string{"blue", "green", "yellow"} {
+		if c != class && w.capacity[c] >= w.capacity[class] {
+			bigger = append(bigger, c)
+		}
+	}
+	if n := w.rng.IntN(len(bigger) + 1); n < len(bigger) {
+		pod.Labels[schedulingv1alpha1.WorkerClassLabel] = bigger[n]
+		w.podCap[name] = max(w.podCap[name], w.capacity[bigger[n]])
+	} else {
+		delete(pod.Labels, schedulingv1alpha1.WorkerClassLabel)
+	}
+	delete(w.drainSince, name)
+	delete(pod.Labels, appsv1alpha1.LifecycleLabel)
+	w.addPod(class)
+}
 
 // kill removes a worker Pod; the WorkerSet re-creates it under the same name a few steps later.
 func (w *world) kill(name string) {
@@ -523,15 +644,14 @@ func (w *world) checkCapacity() {
 		load[b.Spec.Pod] += int64(b.Spec.DocumentsPerSecond)
 	}
 	for name, l := range load {
-		class := w.pods[name].Labels[schedulingv1alpha1.WorkerClassLabel]
-		if l > w.capacity[class] {
+		if l > w.podCap[name] {
 			detail := ""
 			for _, b := range w.bindings() {
 				if b.Spec.Pod == name {
 					detail += w.dump(b.Spec.Pipeline)
 				}
 			}
-			w.t.Fatalf("step %d: worker %s (uid %s) holds %d documents/s, over its capacity %d%s", w.step, name, w.pods[name].UID, l, w.capacity[class], detail)
+			w.t.Fatalf("step %d: worker %s (uid %s) holds %d documents/s, over its capacity %d%s", w.step, name, w.pods[name].UID, l, w.podCap[name], detail)
 		}
 	}
 }
@@ -570,7 +690,7 @@ func (w *world) checkPipelines() {
 			continue
 		}
 		specChanged := w.phaseGen[name] != pl.Generation
-		if backwards(old, now) && !specChanged {
+		if backwards(old, now) && !specChanged && !w.rebound[name] {
 			w.t.Fatalf("step %d: pipeline %s went %s -> %s with no change of spec: a phase moved backwards%s", w.step, name, old, now, w.dump(name))
 		}
 		if old == schedulingv1alpha1.PipelineReady && now != schedulingv1alpha1.PipelineReady && !w.disturbed[name] && !specChanged {
@@ -583,14 +703,32 @@ func (w *world) checkPipelines() {
 			if w.deadSeen[name] {
 				w.t.Fatalf("step %d: pipeline %s became Ready without being Broken after a DeadEnd binding%s", w.step, name, w.dump(name))
 			}
-			if w.workersAlive(name) {
+			if w.workersAlive(name) && w.allBound(pl) {
 				// Ready on live workers: a later exit from Ready needs a new cause. (Ready read
-				// from a cache that has not seen a worker's death yet keeps the death counted.)
+				// from a cache that has not seen a worker's death, or a binding's delete, yet keeps
+				// the cause counted.)
 				w.disturbed[name] = false
+				w.rebound[name] = false
 			}
 		}
 		w.phase[name], w.phaseGen[name] = now, pl.Generation
 	}
+}
+
+// allBound says every stage of the pipeline has a binding in the API server that names a Pod.
+func (w *world) allBound(pl *schedulingv1alpha1.Pipeline) bool {
+	bound := map[string]bool{}
+	for _, b := range w.bindings() {
+		if b.Spec.Pipeline == pl.Name && b.Spec.Pod != "" {
+			bound[b.Spec.Stage] = true
+		}
+	}
+	for stage := range pl.Spec.Workers {
+		if !bound[stage] {
+			return false
+		}
+	}
+	return true
 }
 
 // workersAlive says every binding of the pipeline names a Pod that exists, with the UID the
@@ -624,14 +762,17 @@ func backwards(old, now schedulingv1alpha1.PipelinePhase) bool {
 
 func (w *world) reconcile(name string) {
 	// What the controller can see: a DeadEnd binding in the cache, for the binding's current spec
-	// (not an older copy the controller already repaired), must lead to Broken.
+	// (not an older copy the controller already repaired) and for its stage's class (a stage moved
+	// to another class is placed anew anyway), must lead to Broken.
 	for _, o := range w.cache["PipelineBinding"] {
 		current := &schedulingv1alpha1.PipelineBinding{}
 		if b := o.(*schedulingv1alpha1.PipelineBinding); b.Spec.Pipeline == name && isDeadEnd(b) &&
 			w.truth.Get(w.ctx, client.ObjectKeyFromObject(b), current) == nil && current.Generation == b.Generation {
 			live := &schedulingv1alpha1.Pipeline{}
-			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) {
+			if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, live) == nil && (live.Status.Phase == schedulingv1alpha1.PipelineReady || live.Status.Phase == schedulingv1alpha1.PipelinePlotted) &&
+				live.Spec.Workers[b.Spec.Stage].Class == b.Spec.Class {
 				w.deadSeen[name] = true
+				w.history[name] = append(w.history[name], fmt.Sprintf("%d:DeadEnd %s gen %d on %s", w.step, b.Name, b.Generation, b.Spec.Pod))
 			}
 		}
 	}
@@ -648,6 +789,7 @@ func (w *world) reconcile(name string) {
 func (w *world) randomStep() {
 	w.step++
 	w.now = w.now.Add(time.Second)
+	w.landLate(false)
 	pls := w.pipelines()
 	switch x := w.rng.IntN(20); {
 	case x < 5 || len(pls) == 0:
@@ -669,6 +811,15 @@ func (w *world) randomStep() {
 			w.drainSince[name] = w.step
 			w.addPod(w.pods[name].Labels[schedulingv1alpha1.WorkerClassLabel]) // the drained work has somewhere to go
 		}
+	case x < 16:
+		w.changeClass(pls[w.rng.IntN(len(pls))])
+	case x < 17:
+		names := w.podNames()
+		w.relabel(names[w.rng.IntN(len(names))])
+	case x < 18 && w.outage == 0:
+		w.outage = 2 + w.rng.IntN(8) // the binding watch breaks; the informer relists later
+	case x < 19:
+		w.deleteBinding()
 	}
 	// Killed Pods come back under the same name, as a WorkerSet re-creates them.
 	for _, name := range slices.Sorted(mapKeys(w.dead)) {
@@ -682,9 +833,13 @@ func (w *world) randomStep() {
 	w.collectGarbage()
 	w.drains()
 	w.bindingController()
-	// Informers deliver each kind in order, some kinds late.
+	// Informers deliver each kind in order, some kinds late; the binding informer not at all
+	// during an outage, after which it lists again.
+	if w.outage > 0 {
+		w.outage--
+	}
 	for _, k := range kinds {
-		if w.rng.IntN(3) > 0 {
+		if w.rng.IntN(3) > 0 && (k != "PipelineBinding" || w.outage == 0) {
 			w.syncKind(k)
 		}
 	}
@@ -710,12 +865,18 @@ func (w *world) randomStep() {
 	}
 	w.checkCapacity()
 	w.checkPipelines()
+	checkInvariants(w.t, w.alloc, w.fed()...)
+	if w.t.Failed() {
+		w.t.FailNow()
+	}
 }
 
 // settle makes room for every pipeline, stops failures and deaths, and runs the world until it is
 // quiet; then every pipeline that fits one worker per stage must be Ready.
 func (w *world) settle() {
 	w.failWrites = false
+	w.outage = 0
+	w.landLate(true)
 	for name := range w.drainSince {
 		delete(w.pods[name].Labels, appsv1alpha1.LifecycleLabel)
 		delete(w.drainSince, name)
@@ -748,6 +909,7 @@ func (w *world) settle() {
 		}
 		w.checkCapacity()
 		w.checkPipelines()
+		checkInvariants(w.t, w.alloc, w.fed()...)
 	}
 	for _, pl := range w.pipelines() {
 		fits := true
