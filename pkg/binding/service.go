@@ -52,6 +52,8 @@ func ClassPorts(wc *schedulingv1alpha1.WorkerClass) []schedulingv1alpha1.WorkerC
 	return wc.Spec.Ports
 }
 
+// ClassServiceType is the Service type of a class's bindings (Headless unless the class says
+// ClusterIP).
 func ClassServiceType(wc *schedulingv1alpha1.WorkerClass) schedulingv1alpha1.BindingServiceType {
 	if wc == nil || wc.Spec.ServiceType == "" {
 		return schedulingv1alpha1.ServiceHeadless
@@ -318,9 +320,9 @@ func InTheWayMessage(kind string, o metav1.Object, ownerKind, owner string) stri
 		kind, o.GetName(), ownerKind, owner, by)
 }
 
-// BindingProblem is the binding's Service problem, read from its Ready condition: "" when there is
+// Problem is the binding's Service problem, read from its Ready condition: "" when there is
 // none.
-func BindingProblem(b *schedulingv1alpha1.PipelineBinding) string {
+func Problem(b *schedulingv1alpha1.PipelineBinding) string {
 	c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition)
 	if c == nil || c.Status == metav1.ConditionTrue || c.ObservedGeneration != b.Generation {
 		return ""
@@ -345,7 +347,7 @@ func withProblem(msg string, svc serviceState) string {
 // binding's phase, and the Service problem if there is one.
 func StageState(b *schedulingv1alpha1.PipelineBinding) string {
 	phase := PhaseOr(b.Status.Phase, "Pending")
-	if p := BindingProblem(b); p != "" {
+	if p := Problem(b); p != "" {
 		return phase + ": " + p
 	}
 	return phase

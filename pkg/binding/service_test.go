@@ -180,7 +180,7 @@ func TestBindingStatusWithService(t *testing.T) {
 			}
 			b := tt.b.DeepCopy()
 			b.Status = st
-			gotProblem := BindingProblem(b)
+			gotProblem := Problem(b)
 			wantProblem := ""
 			if tt.wantReason == schedulingv1alpha1.ReasonServiceFailed || tt.wantReason == schedulingv1alpha1.ReasonServiceInTheWay {
 				wantProblem = tt.wantMessage

@@ -54,7 +54,7 @@ func TestIntegrationWaitsForItsCRDs(t *testing.T) {
 	testenv.Eventually(t, "not ready, naming the kinds it waits for", func() error {
 		err := gate.Check(nil)
 		if err == nil || !strings.Contains(err.Error(), "PipelineBinding.scheduling.conveyor.dev") {
-			return fmt.Errorf("readiness %v", err)
+			return fmt.Errorf("readiness: %w", err)
 		}
 		return nil
 	})

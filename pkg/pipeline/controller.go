@@ -238,6 +238,7 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 	s := &pipelineScope{
 		pipeline: pl,
 		classes:  map[string]*schedulingv1alpha1.WorkerClass{},
+		placing:  map[string]Class{},
 		bindings: map[string]*schedulingv1alpha1.PipelineBinding{},
 		foreign:  map[string]*schedulingv1alpha1.PipelineBinding{},
 		workers:  map[string]Worker{},
@@ -259,6 +260,9 @@ func (r *Reconciler) newScope(ctx context.Context, pl *schedulingv1alpha1.Pipeli
 			return nil, false, fmt.Errorf("get worker class %s: %w", class, err)
 		}
 		s.classes[class] = wc
+		if c, ok := r.Allocator.Class(pl.Namespace, class); ok {
+			s.placing[class] = c
+		}
 	}
 	names, cached, err := r.readBindings(ctx, s)
 	if err != nil {

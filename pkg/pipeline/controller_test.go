@@ -63,10 +63,53 @@ func (h *harness) feed(o client.Object) {
 	}
 }
 
+// feedPod delivers a worker Pod to the allocator; addPod creates it in the API server as well.
 func (h *harness) feedPod(pod *corev1.Pod) { h.alloc.OnPod(pod, false) }
 
+func (h *harness) addPod(pod *corev1.Pod) {
+	h.t.Helper()
+	if err := h.c.Create(context.Background(), pod); err != nil {
+		h.t.Fatal(err)
+	}
+	h.feedPod(pod)
+}
+
+// reconcile runs one reconcile, then delivers what the API server holds to the allocator, as the
+// informers would, and checks the allocator's invariants against it.
 func (h *harness) reconcile(name string) (ctrl.Result, error) {
-	return h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tableNS, Name: name}})
+	res, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tableNS, Name: name}})
+	checkInvariants(h.t, h.alloc, h.sync()...)
+	return res, err
+}
+
+// sync feeds the allocator every object of the fake API server and returns them.
+func (h *harness) sync() []client.Object {
+	h.t.Helper()
+	ctx := context.Background()
+	var out []client.Object
+	classes, pods := &schedulingv1alpha1.WorkerClassList{}, &corev1.PodList{}
+	pipelines, bindings := &schedulingv1alpha1.PipelineList{}, &schedulingv1alpha1.PipelineBindingList{}
+	for _, l := range []client.ObjectList{classes, pods, pipelines, bindings} {
+		if err := h.c.List(ctx, l); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	for i := range classes.Items {
+		out = append(out, &classes.Items[i])
+	}
+	for i := range pods.Items {
+		out = append(out, &pods.Items[i])
+	}
+	for i := range pipelines.Items {
+		out = append(out, &pipelines.Items[i])
+	}
+	for i := range bindings.Items {
+		out = append(out, &bindings.Items[i])
+	}
+	for _, o := range out {
+		h.feed(o)
+	}
+	return out
 }
 
 func (h *harness) pipeline(name string) *schedulingv1alpha1.Pipeline {
@@ -133,7 +176,7 @@ func TestBlockedMoveIsWokenWhenRoomAppears(t *testing.T) {
 		t.Fatalf("Schedulable %+v, want InsufficientCapacity for the blocked move", c)
 	}
 	h.woken = nil
-	h.feedPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
+	h.addPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
 	if len(h.woken) != 1 || h.woken[0] != "a" {
 		t.Fatalf("woken %v after a green worker became Ready, want [a]", h.woken)
 	}
@@ -198,7 +241,6 @@ func TestEveryStageLostStaysBrokenWithEveryStageUnset(t *testing.T) {
 		if got := h.binding("a-first"); got.Spec.Pod != "" {
 			t.Fatalf("round %d: binding still names %s, want it unset while it waits", round, got.Spec.Pod)
 		}
-		h.feed(h.binding("a-first"))
 		st := h.pipeline("a").Status
 		c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
 		if st.Phase != schedulingv1alpha1.PipelineBroken || c == nil || c.Status != metav1.ConditionFalse || res.RequeueAfter == 0 {
@@ -206,7 +248,7 @@ func TestEveryStageLostStaysBrokenWithEveryStageUnset(t *testing.T) {
 		}
 	}
 	// Room appears: the pipeline is placed again in full.
-	h.feedPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
+	h.addPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
 	if _, err := h.reconcile("a"); err != nil {
 		t.Fatal(err)
 	}
@@ -230,9 +272,11 @@ func TestStatusExpectationsGoWithThePipeline(t *testing.T) {
 	if h.r.statuses.len() != 1 {
 		t.Fatalf("%d remembered statuses after a status write, want 1", h.r.statuses.len())
 	}
-	if err := h.c.Delete(context.Background(), h.pipeline("a")); err != nil {
+	gone := h.pipeline("a")
+	if err := h.c.Delete(context.Background(), gone); err != nil {
 		t.Fatal(err)
 	}
+	h.alloc.OnPipeline(gone, true) // as the informer delivers the delete
 	if _, err := h.reconcile("a"); err != nil {
 		t.Fatal(err)
 	}

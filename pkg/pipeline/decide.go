@@ -21,7 +21,10 @@ import (
 // routes and the status read the bindings as they are after the writes.
 type pipelineScope struct {
 	pipeline *schedulingv1alpha1.Pipeline
-	classes  map[string]*schedulingv1alpha1.WorkerClass     // the stages' classes that exist
+	classes  map[string]*schedulingv1alpha1.WorkerClass // the stages' classes that exist, as the cache shows them
+	// placing are the stages' classes as the allocator sees them, by name: the capacity a stage
+	// is checked against is the one Place uses. A class the allocator has not seen yet is absent.
+	placing  map[string]Class
 	bindings map[string]*schedulingv1alpha1.PipelineBinding // this pipeline's, by stage
 	// foreign are objects named like one of this pipeline's bindings that it does not own, by
 	// stage: another pipeline's binding whose name collides (pipeline a, stage b-c and pipeline
@@ -72,13 +75,16 @@ func decide(s *pipelineScope) intent {
 	in.order = order
 	for _, name := range order {
 		class := pl.Spec.Workers[name].Class
-		wc, ok := s.classes[class]
-		if !ok {
+		if _, ok := s.classes[class]; !ok {
 			in.invalid = &dagError{reason: schedulingv1alpha1.ReasonUnknownClass,
 				message: fmt.Sprintf("stage %s names WorkerClass %s, which does not exist in namespace %s", name, class, pl.Namespace)}
 			return in
 		}
-		if never := neverFits(name, class, int64(pl.Spec.DocumentsPerSecond), int64(wc.Spec.Capacity)); never != nil {
+		c, known := s.placing[class]
+		if !known {
+			continue // Place answers for a class it has not seen: no worker has room yet
+		}
+		if never := neverFits(name, class, int64(pl.Spec.DocumentsPerSecond), c.Capacity); never != nil {
 			in.never = never
 			return in
 		}

@@ -58,6 +58,24 @@ func TestDecide(t *testing.T) {
 			want: want{never: "second"},
 		},
 		{
+			name: "whether a stage can ever fit is read from the class as placement sees it, not the cache's newer copy",
+			s: func() *pipelineScope {
+				s := snapshotOf(pipelineIn("", 1, 0, chain(15)), class("blue", 20), class("green", 20)).obj()
+				s.placing["green"] = Class{Name: "green", Capacity: 10} // the allocator has not seen the raise yet
+				return s
+			}(),
+			want: want{never: "second"},
+		},
+		{
+			name: "a class the allocator has not seen yet is left to placement",
+			s: func() *pipelineScope {
+				s := snapshotOf(pipelineIn("", 1, 0, chain(15)), class("blue", 20), class("green", 10)).obj()
+				delete(s.placing, "green")
+				return s
+			}(),
+			want: want{place: []stagePlacement{{stage: "first", class: "blue", reason: placeNew}, {stage: "second", class: "green", reason: placeNew}}},
+		},
+		{
 			name: "a binding name taken by another object is a conflict, and nothing is placed",
 			s:    snapshotOf(pipelineIn("", 1, 0, chain(5)), classes...).foreign("first", other).obj(),
 			want: want{conflict: true},

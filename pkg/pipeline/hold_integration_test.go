@@ -43,8 +43,11 @@ func TestIntegrationDrainAcknowledged(t *testing.T) {
 	}
 	eventually(t, "six Pods", func() error {
 		names, err := podNames()
-		if err != nil || len(names) != 6 {
-			return fmt.Errorf("pods %v (err %v)", names, err)
+		if err != nil {
+			return err
+		}
+		if len(names) != 6 {
+			return fmt.Errorf("pods %v", names)
 		}
 		return nil
 	})
@@ -52,8 +55,11 @@ func TestIntegrationDrainAcknowledged(t *testing.T) {
 	scaleWorkerSet(t, ns, "green", 1)
 	eventually(t, "the scale-downs done long before the drain timeout", func() error {
 		names, err := podNames()
-		if err != nil || !slices.Equal(names, []string{"green-0", "plain-0"}) {
-			return fmt.Errorf("pods %v (err %v)", names, err)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(names, []string{"green-0", "plain-0"}) {
+			return fmt.Errorf("pods %v", names)
 		}
 		return nil
 	})

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -142,12 +141,7 @@ func (c *classState) sortedLocked() []*workerState {
 		for _, w := range c.workers {
 			c.sorted = append(c.sorted, w)
 		}
-		slices.SortFunc(c.sorted, func(a, b *workerState) int {
-			if a.ordinal != b.ordinal {
-				return a.ordinal - b.ordinal
-			}
-			return strings.Compare(a.name, b.name)
-		})
+		slices.SortFunc(c.sorted, func(a, b *workerState) int { return workerOrder(a.ordinal, a.name, b.ordinal, b.name) })
 	}
 	return c.sorted
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -113,11 +114,12 @@ func place(stages []stage, classes map[string]*classWorkers) (map[string]string,
 // sortedWorkers orders workers by ordinal, then name: the order Pack fills and Spread breaks ties in.
 func sortedWorkers(ws []worker) []worker {
 	out := slices.Clone(ws)
-	slices.SortFunc(out, func(a, b worker) int {
-		if a.ordinal != b.ordinal {
-			return a.ordinal - b.ordinal
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(out, func(a, b worker) int { return workerOrder(a.ordinal, a.name, b.ordinal, b.name) })
 	return out
+}
+
+// workerOrder compares two workers by ordinal, then name. Placement and the allocator's sorted
+// view of a class both order by it, so Pack's first fit is the same wherever it is read.
+func workerOrder(ordinalA int, nameA string, ordinalB int, nameB string) int {
+	return cmp.Or(cmp.Compare(ordinalA, ordinalB), strings.Compare(nameA, nameB))
 }

@@ -20,8 +20,10 @@ func snapshotOf(pl *schedulingv1alpha1.Pipeline, classes ...*schedulingv1alpha1.
 	s := &pipelineScope{pipeline: pl, classes: map[string]*schedulingv1alpha1.WorkerClass{},
 		bindings: map[string]*schedulingv1alpha1.PipelineBinding{}, foreign: map[string]*schedulingv1alpha1.PipelineBinding{},
 		workers: map[string]Worker{}}
+	s.placing = map[string]Class{}
 	for _, wc := range classes {
 		s.classes[wc.Name] = wc
+		s.placing[wc.Name] = Class{Name: wc.Name, Capacity: int64(wc.Spec.Capacity), Policy: wc.Spec.Placement}
 	}
 	return &scopeBuilder{s}
 }

@@ -114,7 +114,7 @@ func countStages(s *pipelineScope, in intent, o outcome) stageCounts {
 			c.notReady = append(c.notReady, fmt.Sprintf("%s (lost its worker, placed again on %s)", name, b.Spec.Pod))
 		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			c.ready++
-		case binding.BindingProblem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
+		case binding.Problem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
 			// A binding whose endpoint is simply not ready yet is not named: the message stays
 			// the same while the bindings become Ready one by one, so the status is not
 			// rewritten for each of them.
