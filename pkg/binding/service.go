@@ -361,10 +361,14 @@ func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
 
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.
 func (r *Reconciler) classToBindings(_ context.Context, o client.Object) []reconcile.Request {
-	names := r.Allocator.BindingsOfClass(o.GetNamespace(), o.GetName())
+	return Requests(o.GetNamespace(), r.Allocator.BindingsOfClass(o.GetNamespace(), o.GetName()))
+}
+
+// Requests are the reconcile requests of the named objects of a namespace.
+func Requests(namespace string, names []string) []reconcile.Request {
 	out := make([]reconcile.Request, 0, len(names))
 	for _, name := range names {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}})
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}})
 	}
 	return out
 }

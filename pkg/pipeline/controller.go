@@ -129,12 +129,7 @@ func deletedOnly() predicate.Predicate {
 
 // classToPipelines: a class's new spec (capacity, placement) matters to every pipeline using it.
 func (r *Reconciler) classToPipelines(_ context.Context, o client.Object) []reconcile.Request {
-	names := r.Allocator.PipelinesOfClass(o.GetNamespace(), o.GetName())
-	out := make([]reconcile.Request, 0, len(names))
-	for _, name := range names {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}})
-	}
-	return out
+	return binding.Requests(o.GetNamespace(), r.Allocator.PipelinesOfClass(o.GetNamespace(), o.GetName()))
 }
 
 // Reconcile places one Pipeline: read a snapshot, decide, reserve, plan, write, and write the

@@ -112,13 +112,17 @@ func (h *harness) sync() []client.Object {
 	return out
 }
 
-func (h *harness) pipeline(name string) *schedulingv1alpha1.Pipeline {
+// get reads an object of the table namespace from the fake API server.
+func get[T client.Object](h *harness, name string, obj T) T {
 	h.t.Helper()
-	pl := &schedulingv1alpha1.Pipeline{}
-	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: name}, pl); err != nil {
+	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: name}, obj); err != nil {
 		h.t.Fatal(err)
 	}
-	return pl
+	return obj
+}
+
+func (h *harness) pipeline(name string) *schedulingv1alpha1.Pipeline {
+	return get(h, name, &schedulingv1alpha1.Pipeline{})
 }
 
 // A binding write the API server refuses (a quota, a webhook) is returned as an error, so the
@@ -194,12 +198,7 @@ func boundStage(pl *schedulingv1alpha1.Pipeline, stage string, pod *corev1.Pod, 
 }
 
 func (h *harness) binding(name string) *schedulingv1alpha1.PipelineBinding {
-	h.t.Helper()
-	b := &schedulingv1alpha1.PipelineBinding{}
-	if err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: name}, b); err != nil {
-		h.t.Fatal(err)
-	}
-	return b
+	return get(h, name, &schedulingv1alpha1.PipelineBinding{})
 }
 
 // A typo in a Ready pipeline's load (or a class's capacity) that no worker can ever carry keeps

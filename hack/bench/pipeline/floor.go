@@ -24,6 +24,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/hack/bench/internal/procstat"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
@@ -131,7 +132,7 @@ func floorWrites(ctx context.Context, c client.Client, cfg *config, mode schedul
 		bindings[s] = b
 	}
 	for _, b := range bindings {
-		svc := floorService(b, mode)
+		svc := binding.DesiredService(b, mode, binding.ClassPorts(nil)) // the operator's Service, default ports
 		if err := controllerutil.SetControllerReference(b, svc, cluster.Scheme()); err != nil {
 			return writes, err
 		}
@@ -180,27 +181,6 @@ func floorWrites(ctx context.Context, c client.Client, cfg *config, mode schedul
 		return writes, fmt.Errorf("pipeline %s status: %w", pl.Name, err)
 	}
 	return writes, nil
-}
-
-// floorService has the shape of the operator's binding Service with the default ports: named like
-// the binding, the pipeline's labels, selecting the bound Pod by its pod-name label, port http 80
-// to the Pod's port http; headless or ClusterIP as -service-type says.
-func floorService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alpha1.BindingServiceType) *corev1.Service {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: b.Namespace, Labels: map[string]string{
-			schedulingv1alpha1.PipelineLabel: b.Spec.Pipeline,
-			schedulingv1alpha1.StageLabel:    b.Spec.Stage,
-		}},
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: map[string]string{appsv1alpha1.PodNameLabel: b.Spec.Pod},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if mode == schedulingv1alpha1.ServiceHeadless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	return svc
 }
 
 // floorRoutes is a routes document of the operator's shape for the benchmark's chain.
