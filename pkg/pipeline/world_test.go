@@ -517,6 +517,13 @@ func (w *world) deleteBinding() {
 	w.disturbed[b.Spec.Pipeline], w.rebound[b.Spec.Pipeline] = true, true
 	w.history[b.Spec.Pipeline] = append(w.history[b.Spec.Pipeline], fmt.Sprintf("%d:deleted %s", w.step, b.Name))
 	w.must(client.IgnoreNotFound(w.truth.Delete(w.ctx, b)))
+	// A DeadEnd binding deleted by hand takes its death with it: the stage is placed anew, not
+	// repaired, so the pipeline owes no Broken for it unless another of its bindings is DeadEnd.
+	if isDeadEnd(b) {
+		w.deadSeen[b.Spec.Pipeline] = slices.ContainsFunc(w.bindings(), func(o *schedulingv1alpha1.PipelineBinding) bool {
+			return o.Spec.Pipeline == b.Spec.Pipeline && isDeadEnd(o)
+		}) && w.deadSeen[b.Spec.Pipeline]
+	}
 }
 
 func (w *world) podNames() []string { return slices.Sorted(mapKeys(w.pods)) }
