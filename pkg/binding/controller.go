@@ -63,7 +63,7 @@ type Reconciler struct {
 	// of the Service it replaced that the cache still had: they carry the binding's Service name
 	// until the garbage collector deletes them, and their endpoints say nothing of the new Service.
 	oldSlices sync.Map // binding key → map[string]bool
-	slices          sliceNames
+	slices    sliceNames
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
