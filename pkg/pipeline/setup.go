@@ -52,7 +52,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
-	if err := (&workerclass.Reconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&workerclass.Reconciler{Client: c, Allocator: alloc, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workerclass controller: %w", err)
 	}
 	if err := (&binding.HoldReconciler{Client: c}).SetupWithManager(mgr); err != nil {

@@ -98,6 +98,18 @@ func setHPASpec(spec, want *autoscalingv2.HorizontalPodAutoscalerSpec) {
 	spec.Behavior.ScaleDown.StabilizationWindowSeconds = want.Behavior.ScaleDown.StabilizationWindowSeconds
 }
 
+func autoscalerConflict(wc *schedulingv1alpha1.WorkerClass) (bool, string, string, error) {
+	return false, schedulingv1alpha1.ReasonAutoscalerConflict,
+		fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
+}
+
+func (r *Reconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
 func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
@@ -117,8 +129,7 @@ func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.
 		return false, schedulingv1alpha1.ReasonAutoscalingDisabled, "spec.autoscaling is not set: the WorkerSet is scaled by hand", nil
 	}
 	if found && !owned {
-		return false, schedulingv1alpha1.ReasonAutoscalerConflict,
-			fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
+		return autoscalerConflict(wc)
 	}
 	want := desiredHPA(wc)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: wc.Name, Namespace: wc.Namespace}}
@@ -129,7 +140,19 @@ func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.
 		setHPASpec(&hpa.Spec, &want.Spec)
 		return controllerutil.SetControllerReference(wc, hpa, r.Scheme())
 	}); err != nil {
-		return false, "", "", fmt.Errorf("write autoscaler: %w", err)
+		if !apierrors.IsAlreadyExists(err) {
+			return false, "", "", fmt.Errorf("write autoscaler: %w", err)
+		}
+		// The cache did not show the HPA the create ran into: ask the API server whose it is.
+		// Someone else's is a conflict to report now, not an error to retry; ours (the cache is
+		// behind our own create) is patched, if it needs it, when its event arrives.
+		live := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(hpa), live); err != nil {
+			return false, "", "", fmt.Errorf("read autoscaler %s past the cache: %w", hpa.Name, err)
+		}
+		if !metav1.IsControlledBy(live, wc) {
+			return autoscalerConflict(wc)
+		}
 	}
 	perWorker := strconv.FormatFloat(float64(wc.Spec.Capacity)*float64(targetUtilization(wc))/100, 'f', -1, 64)
 	return true, schedulingv1alpha1.ReasonAutoscalerSynced,

@@ -28,6 +28,10 @@ import (
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
+// UnsyncedRecheck is how soon a WorkerClass looks again while the allocator has not yet read its
+// start-up lists.
+const UnsyncedRecheck = time.Second
+
 // raceRequeue is how soon a status write that lost a race with the cache (a Conflict) looks
 // again.
 const raceRequeue = 100 * time.Millisecond
@@ -39,6 +43,8 @@ const raceRequeue = 100 * time.Millisecond
 type Reconciler struct {
 	client.Client
 	Allocator Loads
+	// APIReader reads past the cache: an HPA a create ran into that the cache does not show yet.
+	APIReader client.Reader
 	// StatusInterval is the least time between two status writes of one class that change only
 	// its numbers; default one second.
 	StatusInterval time.Duration
@@ -108,6 +114,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("workerClass", klog.KObj(wc)))
+	if !r.Allocator.Synced() {
+		// Before the allocator has read the start-up lists its numbers miss workers and load: a
+		// status written from them could tell an autoscaler reading it to scale down.
+		return ctrl.Result{RequeueAfter: UnsyncedRecheck}, nil
+	}
 	l := r.Allocator.ClassLoads(wc.Namespace)[wc.Name]
 	st := schedulingv1alpha1.WorkerClassStatus{
 		ObservedGeneration:          wc.Generation,
@@ -150,11 +161,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if _, err := conveyorstatus.Patch(ctx, r.Client, wc, &wc.Status, st); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: raceRequeue}, nil
+			// A refused HPA write keeps its backoff even when the status write lost a race.
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: raceRequeue}, syncErr)
 		}
 		return ctrl.Result{}, errors.Join(err, syncErr)
 	}
 	r.mu.Lock()
+	if r.lastWrite == nil {
+		r.lastWrite = map[types.NamespacedName]time.Time{}
+	}
 	r.lastWrite[key] = r.Now()
 	r.mu.Unlock()
 	return ctrl.Result{}, syncErr
@@ -203,6 +218,9 @@ func workerSetCheck(wc *schedulingv1alpha1.WorkerClass, set *appsv1alpha1.Worker
 type Loads interface {
 	// ClassLoads are the numbers of every class of a namespace the allocator knows.
 	ClassLoads(namespace string) map[string]ClassLoad
+	// Synced says the allocator has seen every object its informers listed at start-up; before
+	// that its numbers are not to be served or written.
+	Synced() bool
 	// SetHooks registers the calls the allocator makes when a pipeline should look again (wake)
 	// and when a class's numbers changed (classChanged); a nil hook leaves the registered one.
 	SetHooks(wake func(namespace, pipeline string), classChanged func(namespace, class string))
