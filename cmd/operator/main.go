@@ -6,7 +6,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,6 +157,8 @@ func run(opts options) error {
 		}
 		customMetrics = &custommetrics.ServerOptions{
 			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
+			// The classes of the namespaces other releases watch are answered from their status.
+			Namespaces: slices.Collect(maps.Keys(cacheOpts.DefaultNamespaces)), APIReader: mgr.GetAPIReader(),
 		}
 	}
 	if err := operator.Setup(context.Background(), mgr, operator.Options{
