@@ -129,7 +129,7 @@ func TestProviderUtilizationBySelector(t *testing.T) {
 type staticLoads map[string]workerclass.ClassLoad
 
 func (s staticLoads) ClassLoads(string) map[string]workerclass.ClassLoad { return s }
-func (s staticLoads) Synced() bool                                      { return true }
+func (s staticLoads) Synced() bool                                       { return true }
 
 // unsyncedLoads is an allocator that has not read its start-up lists: what it has is partial.
 type unsyncedLoads struct{ staticLoads }

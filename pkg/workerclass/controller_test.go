@@ -27,8 +27,8 @@ type fakeLoads struct {
 	synced bool
 }
 
-func (f *fakeLoads) ClassLoads(ns string) map[string]ClassLoad { return f.loads[ns] }
-func (f *fakeLoads) Synced() bool                              { return f.synced }
+func (f *fakeLoads) ClassLoads(ns string) map[string]ClassLoad           { return f.loads[ns] }
+func (f *fakeLoads) Synced() bool                                        { return f.synced }
 func (f *fakeLoads) SetHooks(func(string, string), func(string, string)) {}
 
 // classWorld is the WorkerClass controller on a fake API server; hidden HPAs are in the API server
