@@ -189,10 +189,7 @@ func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha
 	if c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.BindingReadyCondition); c == nil || c.Reason != schedulingv1alpha1.ReasonEndpointNotReady {
 		return 0
 	}
-	if age := now.Sub(b.CreationTimestamp.Time); age < FirstStatusWait {
-		return FirstStatusWait - age
-	}
-	return 0
+	return conveyorstatus.Remaining(b.CreationTimestamp.Time, FirstStatusWait, now)
 }
 
 // InTheWayRecheck is how often a binding or pipeline blocked by an object it does not own (a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -50,8 +49,7 @@ type Reconciler struct {
 	StatusInterval time.Duration
 	Now            func() time.Time
 
-	mu        sync.Mutex
-	lastWrite map[types.NamespacedName]time.Time
+	pace conveyorstatus.Pace
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
@@ -72,7 +70,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	r.lastWrite = map[types.NamespacedName]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("workerclass").
 		For(&schedulingv1alpha1.WorkerClass{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -111,6 +108,9 @@ func (r *Reconciler) setToClasses(ctx context.Context, o client.Object) []reconc
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wc := &schedulingv1alpha1.WorkerClass{}
 	if err := r.Get(ctx, req.NamespacedName, wc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pace.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("workerClass", klog.KObj(wc)))
@@ -166,12 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, errors.Join(err, syncErr)
 	}
-	r.mu.Lock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[types.NamespacedName]time.Time{}
-	}
-	r.lastWrite[key] = r.Now()
-	r.mu.Unlock()
+	r.pace.Wrote(key, r.Now())
 	return ctrl.Result{}, syncErr
 }
 
@@ -183,12 +178,7 @@ func (r *Reconciler) debounce(key types.NamespacedName, old, st schedulingv1alph
 	if old.ObservedGeneration != st.ObservedGeneration || !apiequality.Semantic.DeepEqual(old.Conditions, st.Conditions) {
 		return 0
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if elapsed := r.Now().Sub(r.lastWrite[key]); elapsed < r.StatusInterval {
-		return r.StatusInterval - elapsed
-	}
-	return 0
+	return r.pace.Wait(key, r.StatusInterval, r.Now())
 }
 
 func targetUtilization(wc *schedulingv1alpha1.WorkerClass) int32 {

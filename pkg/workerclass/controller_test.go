@@ -37,6 +37,7 @@ type classWorld struct {
 	r         *Reconciler
 	api       client.Client
 	hpaWrites int
+	now       time.Time
 }
 
 func newClassWorld(t *testing.T, loads *fakeLoads, hidden []client.Object, objs ...client.Object) *classWorld {
@@ -74,7 +75,8 @@ func newClassWorld(t *testing.T, loads *fakeLoads, hidden []client.Object, objs 
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 	})
-	w.r = &Reconciler{Client: cached, APIReader: w.api, Allocator: loads, StatusInterval: time.Second, Now: func() time.Time { return t0 }}
+	w.now = t0
+	w.r = &Reconciler{Client: cached, APIReader: w.api, Allocator: loads, StatusInterval: time.Second, Now: func() time.Time { return w.now }}
 	return w
 }
 
@@ -140,5 +142,40 @@ func TestReconcileWaitsForTheAllocator(t *testing.T) {
 	}
 	if got := w.class(t, "green").Status; got.Workers != 0 || got.RequestedDocumentsPerSecond != 0 {
 		t.Errorf("status %+v, want the synced allocator's numbers", got)
+	}
+}
+
+// TestReconcilePacesNumbers: a status that changes only in its numbers is written at most once per
+// StatusInterval, and the reconcile comes back when the interval ends; a deleted class is
+// forgotten.
+func TestReconcilePacesNumbers(t *testing.T) {
+	wc := fixtures.MakeWorkerClass("ns", "green").Capacity(15).Obj()
+	loads := &fakeLoads{synced: true, loads: map[string]map[string]ClassLoad{"ns": {"green": {Class: "green", Capacity: 15, Workers: 1, Requested: 10}}}}
+	w := newClassWorld(t, loads, nil, wc)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(wc)}
+	reconcile := func(want time.Duration, wantRequested int64) {
+		t.Helper()
+		res, err := w.r.Reconcile(context.Background(), req)
+		if err != nil || res.RequeueAfter != want {
+			t.Fatalf("result %+v, error %v; want a requeue after %v", res, err, want)
+		}
+		if got := w.class(t, "green").Status.RequestedDocumentsPerSecond; got != wantRequested {
+			t.Fatalf("requested %d in the status, want %d", got, wantRequested)
+		}
+	}
+	reconcile(0, 10) // the first status, with its conditions, at once
+	loads.loads["ns"]["green"] = ClassLoad{Class: "green", Capacity: 15, Workers: 1, Requested: 20}
+	w.now = t0.Add(300 * time.Millisecond)
+	reconcile(700*time.Millisecond, 10) // only the numbers changed: held back
+	w.now = t0.Add(time.Second)
+	reconcile(0, 20)
+	if err := w.api.Delete(context.Background(), w.class(t, "green")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if wait := w.r.pace.Wait(req.NamespacedName, time.Second, w.now); wait != 0 {
+		t.Errorf("a deleted class is still paced: wait %v", wait)
 	}
 }
