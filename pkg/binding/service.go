@@ -53,6 +53,7 @@ func ClassPorts(wc *schedulingv1alpha1.WorkerClass) []schedulingv1alpha1.WorkerC
 	return wc.Spec.Ports
 }
 
+// ClassServiceType is the mode of the Services of the class's bindings.
 func ClassServiceType(wc *schedulingv1alpha1.WorkerClass) schedulingv1alpha1.BindingServiceType {
 	if wc == nil || wc.Spec.ServiceType == "" {
 		return schedulingv1alpha1.ServiceHeadless
