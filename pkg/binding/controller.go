@@ -34,10 +34,10 @@ type ClassBindings interface {
 	BindingsOfClass(namespace, class string) []string
 }
 
-// RaceRequeue is how soon a reconcile that lost a race with the cache (a Conflict: a write from an
-// older copy than the API server's) looks again. A refused write (a quota, Forbidden, a webhook, an
-// AlreadyExists) is never a race: it returns its error, so the controller's rate limiter backs off.
-const RaceRequeue = 100 * time.Millisecond
+// A reconcile that lost a race with the cache (a Conflict: a write from an older copy than the API
+// server's) looks again soon, sooner the first time, with the conflicts in a row backing off
+// (status.Pace). A refused write (a quota, Forbidden, a webhook, an AlreadyExists) is never a race:
+// it returns its error, so the controller's rate limiter backs off.
 
 // DefaultDeadEndGrace is how long a bound Pod may be not Ready before its binding is DeadEnd.
 const DefaultDeadEndGrace = 5 * time.Second
@@ -63,6 +63,7 @@ type Reconciler struct {
 	// of the Service it replaced that the cache still had: they carry the binding's Service name
 	// until the garbage collector deletes them, and their endpoints say nothing of the new Service.
 	oldSlices sync.Map // binding key → map[string]bool
+	pace      conveyorstatus.Pace
 	slices    sliceNames
 }
 
@@ -112,6 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.serviceProblems.Delete(req.NamespacedName)
 			r.oldSlices.Delete(req.NamespacedName)
+			r.pace.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -121,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	svc, svcErr := r.syncService(ctx, b)
 	if apierrors.IsConflict(svcErr) {
-		return ctrl.Result{RequeueAfter: RaceRequeue}, nil
+		return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 	}
 
 	var pod *corev1.Pod // read only, shared with the cache
@@ -159,11 +161,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
 		if apierrors.IsConflict(err) && svcErr == nil {
-			return ctrl.Result{RequeueAfter: RaceRequeue}, nil
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 		}
 		// A refused Service write keeps its backoff even when the status write lost a race.
 		return ctrl.Result{}, errors.Join(svcErr, err)
 	}
+	r.pace.NoConflict(req.NamespacedName)
 	if svcErr != nil {
 		return ctrl.Result{}, svcErr // exponential backoff: a failing Service settles its write rate
 	}

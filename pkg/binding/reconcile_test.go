@@ -90,6 +90,11 @@ func newWorld(t *testing.T, refused refuse, objs ...client.Object) *world {
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			w.writes++
+			if refused != nil {
+				if err := refused("patch status", obj); err != nil {
+					return err
+				}
+			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
@@ -411,5 +416,24 @@ func TestRefusedServiceWritesBackOff(t *testing.T) {
 				t.Errorf("%d writes in the first half hour, %d in the second: the writes do not settle", first, second)
 			}
 		})
+	}
+}
+
+// TestStatusConflictsBackOff: a status write that keeps losing optimistic-lock races is retried
+// sooner the first time and later each time after, not at a fixed short interval.
+func TestStatusConflictsBackOff(t *testing.T) {
+	b := readyBinding()
+	b.Status.Phase = schedulingv1alpha1.BindingPending // so that the reconcile has a status to write
+	conflict := func(verb string, _ client.Object) error {
+		if verb == "patch status" {
+			return apierrors.NewConflict(schedulingv1alpha1.GroupVersion.WithResource("pipelinebindings").GroupResource(), b.Name, errors.New("the object has been modified"))
+		}
+		return nil
+	}
+	w := newWorld(t, conflict, b, fixtures.MakeWorkerClass("ns", "green").Capacity(15).Obj(), workerPod("green-1"), ownService(b, schedulingv1alpha1.ServiceHeadless, true))
+	first, second := w.settle(t, b, 20*time.Second)
+	t.Logf("writes: %d in the first 10 s, %d in the next", first, second)
+	if first > 25 || second > 12 {
+		t.Errorf("%d status writes in the first 10 s, %d in the next 10 s: the conflicts do not back off", first, second)
 	}
 }

@@ -13,13 +13,46 @@ func Remaining(start time.Time, window time.Duration, now time.Time) time.Durati
 	return max(0, start.Add(window).Sub(now))
 }
 
+// ConflictBackoffBase and ConflictBackoffMax bound the retry of a reconcile that lost an
+// optimistic-lock race: the first retry is almost at once (the cache usually catches up within
+// milliseconds), each further one in a row waits twice as long, so a write that keeps conflicting
+// settles instead of retrying at a fixed short interval.
+const (
+	ConflictBackoffBase = 5 * time.Millisecond
+	ConflictBackoffMax  = time.Second
+)
+
 // Pace remembers when each object's status was last written, so that a status that changes only in
 // its numbers (a count that moves with every event) is written at most once per interval while it
-// changes, and once more when it settles (the caller requeues for the wait). The zero value is
-// ready to use.
+// changes, and once more when it settles (the caller requeues for the wait); and how many
+// optimistic-lock conflicts in a row its reconciles met. The zero value is ready to use.
 type Pace struct {
-	mu   sync.Mutex
-	last map[types.NamespacedName]time.Time
+	mu        sync.Mutex
+	last      map[types.NamespacedName]time.Time
+	conflicts map[types.NamespacedName]int
+}
+
+// Conflict records a lost optimistic-lock race and returns how soon to retry.
+func (p *Pace) Conflict(key types.NamespacedName) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conflicts == nil {
+		p.conflicts = map[types.NamespacedName]int{}
+	}
+	n := p.conflicts[key]
+	p.conflicts[key] = n + 1
+	if n >= 8 { // 5 ms · 2^8 > 1 s
+		return ConflictBackoffMax
+	}
+	return min(ConflictBackoffBase<<n, ConflictBackoffMax)
+}
+
+// NoConflict records a reconcile that met no optimistic-lock race: the next conflict retries at
+// once again.
+func (p *Pace) NoConflict(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conflicts, key)
 }
 
 // Wait is how long a write of the object's status that is not urgent must still wait: zero when
@@ -49,4 +82,5 @@ func (p *Pace) Forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.last, key)
+	delete(p.conflicts, key)
 }

@@ -36,3 +36,25 @@ func TestPace(t *testing.T) {
 		t.Errorf("Remaining %v, want 3s", got)
 	}
 }
+
+// TestPaceConflicts: conflicts in a row back off exponentially up to the maximum; a reconcile
+// without one starts over.
+func TestPaceConflicts(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "green"}
+	p := &Pace{}
+	var got []time.Duration
+	for range 10 {
+		got = append(got, p.Conflict(key))
+	}
+	want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond,
+		160 * time.Millisecond, 320 * time.Millisecond, 640 * time.Millisecond, time.Second, time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("waits %v, want %v", got, want)
+		}
+	}
+	p.NoConflict(key)
+	if w := p.Conflict(key); w != ConflictBackoffBase {
+		t.Errorf("after a reconcile without conflict: %v, want %v", w, ConflictBackoffBase)
+	}
+}

@@ -31,9 +31,6 @@ import (
 // start-up lists.
 const UnsyncedRecheck = time.Second
 
-// raceRequeue is how soon a status write that lost a race with the cache (a Conflict) looks
-// again.
-const raceRequeue = 100 * time.Millisecond
 
 // Reconciler reports a WorkerClass's workers, the load pipelines request of it (the
 // autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it. The
@@ -162,11 +159,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if _, err := conveyorstatus.Patch(ctx, r.Client, wc, &wc.Status, st); err != nil {
 		if apierrors.IsConflict(err) {
 			// A refused HPA write keeps its backoff even when the status write lost a race.
-			return conveyorstatus.Result(ctrl.Result{RequeueAfter: raceRequeue}, syncErr)
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: r.pace.Conflict(key)}, syncErr)
 		}
 		return ctrl.Result{}, errors.Join(err, syncErr)
 	}
 	r.pace.Wrote(key, r.Now())
+	r.pace.NoConflict(key)
 	return ctrl.Result{}, syncErr
 }
 
