@@ -31,7 +31,6 @@ import (
 // start-up lists.
 const UnsyncedRecheck = time.Second
 
-
 // Reconciler reports a WorkerClass's workers, the load pipelines request of it (the
 // autoscaler's input), the load bound to it, and whether its WorkerSet is set up for it. The
 // numbers come from the Allocator's counters; the status is written at most about once per
