@@ -5,7 +5,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,6 +156,8 @@ func run(opts options) error {
 		}
 		customMetrics = &custommetrics.ServerOptions{
 			BindAddress: opts.customMetricsAddress, Port: opts.customMetricsPort, CertDir: opts.customMetricsCertDir, Kubeconfig: kubeconfig,
+			// The classes of the namespaces other releases watch are answered from their status.
+			Namespaces: slices.Collect(maps.Keys(cacheOpts.DefaultNamespaces)), APIReader: mgr.GetAPIReader(),
 		}
 	}
 	// The controllers are set up once the API server serves the operator's kinds: until then the

@@ -34,9 +34,10 @@ type ClassBindings interface {
 	BindingsOfClass(namespace, class string) []string
 }
 
-// RaceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
-// AlreadyExists, a status written by an older copy) looks again.
-const RaceRequeue = 100 * time.Millisecond
+// A reconcile that lost a race with the cache (a Conflict: a write from an older copy than the API
+// server's) looks again soon, sooner the first time, with the conflicts in a row backing off
+// (status.Pace). A refused write (a quota, Forbidden, a webhook, an AlreadyExists) is never a race:
+// it returns its error, so the controller's rate limiter backs off.
 
 // DefaultDeadEndGrace is how long a bound Pod may be not Ready before its binding is DeadEnd.
 const DefaultDeadEndGrace = 5 * time.Second
@@ -57,8 +58,13 @@ type Reconciler struct {
 	// Allocator names a WorkerClass's bindings when the class changes.
 	Allocator ClassBindings
 
-	serviceProblems sync.Map // binding key → the Service problem last recorded as an Event
-	slices          sliceNames
+	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
+	// oldSlices holds, per binding whose Service was re-created, the names of the EndpointSlices
+	// of the Service it replaced that the cache still had: they carry the binding's Service name
+	// until the garbage collector deletes them, and their endpoints say nothing of the new Service.
+	oldSlices sync.Map // binding key → map[string]bool
+	pace      conveyorstatus.Pace
+	slices    sliceNames
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
@@ -106,6 +112,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.serviceProblems.Delete(req.NamespacedName)
+			r.oldSlices.Delete(req.NamespacedName)
+			r.pace.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -114,8 +122,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	svc, svcErr := r.syncService(ctx, b)
-	if isRace(svcErr) {
-		return ctrl.Result{RequeueAfter: RaceRequeue}, nil
+	if apierrors.IsConflict(svcErr) {
+		return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 	}
 
 	var pod *corev1.Pod // read only, shared with the cache
@@ -126,7 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	var slices []discoveryv1.EndpointSlice
+	stale := r.staleSlices(b)
 	for _, name := range r.slices.of(b.Namespace, b.Name) {
+		if stale[name] {
+			continue
+		}
 		slice := discoveryv1.EndpointSlice{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &slice); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -134,7 +146,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			return ctrl.Result{}, fmt.Errorf("get endpoint slice %s: %w", name, err)
 		}
-		if slice.Labels[discoveryv1.LabelServiceName] == b.Name {
+		// A slice older than the Service is of an earlier Service of this name, deleted and not
+		// yet collected: its endpoints say nothing of this Service. (oldSlices catches those of the
+		// same second; this catches the older ones after a restart, when oldSlices is empty.)
+		if slice.Labels[discoveryv1.LabelServiceName] == b.Name && !slice.CreationTimestamp.Before(&metav1.Time{Time: svc.created}) {
 			slices = append(slices, slice)
 		}
 	}
@@ -145,11 +160,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if err := r.writeStatus(ctx, b, st, svcErr == nil); err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: RaceRequeue}, nil
+		if apierrors.IsConflict(err) && svcErr == nil {
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 		}
-		return ctrl.Result{}, err
+		// A refused Service write keeps its backoff even when the status write lost a race.
+		return ctrl.Result{}, errors.Join(svcErr, err)
 	}
+	r.pace.NoConflict(req.NamespacedName)
 	if svcErr != nil {
 		return ctrl.Result{}, svcErr // exponential backoff: a failing Service settles its write rate
 	}
@@ -175,10 +192,7 @@ func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha
 	if c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.BindingReadyCondition); c == nil || c.Reason != schedulingv1alpha1.ReasonEndpointNotReady {
 		return 0
 	}
-	if age := now.Sub(b.CreationTimestamp.Time); age < FirstStatusWait {
-		return FirstStatusWait - age
-	}
-	return 0
+	return conveyorstatus.Remaining(b.CreationTimestamp.Time, FirstStatusWait, now)
 }
 
 // InTheWayRecheck is how often a binding or pipeline blocked by an object it does not own (a
@@ -203,10 +217,11 @@ func ReadyEndpointPods(slices []discoveryv1.EndpointSlice) map[string]types.UID 
 }
 
 // bindingStatus is the pure phase decision of a binding: Unset without a Pod; DeadEnd when the Pod
-// is gone or terminating, or not Ready for longer than grace; Ready when the Service has a ready
-// endpoint for exactly the bound Pod (or, while moving, still for the Pod it served; or, while its
-// Service is re-created, the Pod it served is still Ready); Pending otherwise, with the Service's
-// problem when there is one. It returns when to look again while a grace period runs.
+// is gone or terminating, or not Ready for longer than grace; Pending with the Service's problem
+// when its Service is not as the class wants it; Ready when the Service has a ready endpoint for
+// exactly the bound Pod (or, while moving, still for the Pod it served); Pending otherwise, saying
+// why when the Service was just re-created or relabelled. It returns when to look again while a
+// grace period runs.
 func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, svc serviceState, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
 	st := schedulingv1alpha1.PipelineBindingStatus{
 		ObservedGeneration: b.Status.ObservedGeneration,
@@ -259,35 +274,87 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		dead(schedulingv1alpha1.ReasonPodGone, fmt.Sprintf("worker Pod %s was replaced by a new Pod of the same name", b.Spec.Pod), true)
 	case !workerpod.Ready(pod):
 		dead(schedulingv1alpha1.ReasonPodNotReady, fmt.Sprintf("worker Pod %s is not Ready", b.Spec.Pod), false)
-	case !svc.usable && svc.reason != "":
-		// No Service of the binding's own: another's EndpointSlices do not count.
+	case svc.reason != "":
+		// No Service of the binding's own, or one that is not what the routes tell workers (another
+		// mode, other ports, another Pod): its EndpointSlices do not make the binding Ready.
 		st.Phase = schedulingv1alpha1.BindingPending
 		setReady(false, svc.reason, svc.message)
+	case svc.recreated != "" || (recreatedSinceReady(b, svc) && !endpointFor(ready, pod)):
+		// The name resolves to no endpoint of the Pod until the new Service's EndpointSlice lists
+		// it: not Ready, however Ready the Pod is.
+		st.Phase = schedulingv1alpha1.BindingPending
+		msg := fmt.Sprintf("%s; its EndpointSlice does not list %s yet", svc.recreated, b.Spec.Pod)
+		if svc.recreated == "" {
+			msg = fmt.Sprintf("Service %s was re-created; its EndpointSlice does not list %s yet", b.Name, b.Spec.Pod)
+			if c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition); c.Reason == schedulingv1alpha1.ReasonServiceRecreated {
+				msg = c.Message
+			}
+		}
+		setReady(false, schedulingv1alpha1.ReasonServiceRecreated, msg)
 	case endpointFor(ready, pod):
 		st.Phase = schedulingv1alpha1.BindingReady
 		st.ServingPod = b.Spec.Pod
-		setReady(true, schedulingv1alpha1.ReasonEndpointReady, withProblem(fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod), svc))
+		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod))
 	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod != "" && hasEndpoint(ready, b.Status.ServingPod):
 		// Make-before-break: the Service still serves from the previous Pod until the new
 		// Pod's endpoint is ready.
 		st.Phase = schedulingv1alpha1.BindingReady
 		st.ServingPod = b.Status.ServingPod
 		setReady(true, schedulingv1alpha1.ReasonEndpointReady, fmt.Sprintf("moving to %s; Service %s still serves from %s", b.Spec.Pod, b.Name, b.Status.ServingPod))
-	case svc.reason != "":
+	case svc.relabeled != "":
 		st.Phase = schedulingv1alpha1.BindingPending
-		setReady(false, svc.reason, svc.message)
-	case b.Status.Phase == schedulingv1alpha1.BindingReady && b.Status.ServingPod == b.Spec.Pod && now.Sub(svc.created) < serviceRecreatedGrace:
-		// The Service was re-created under the same name (a new serviceType, or it was deleted); its
-		// EndpointSlice has not caught up with the Pod, which is still Ready.
-		st.Phase = schedulingv1alpha1.BindingReady
-		st.ServingPod = b.Spec.Pod
-		recheck = serviceRecreatedGrace - now.Sub(svc.created)
-		setReady(true, schedulingv1alpha1.ReasonServiceRecreated, fmt.Sprintf("Service %s was re-created; its endpoint for %s, which is Ready, is not listed yet", b.Name, b.Spec.Pod))
+		setReady(false, schedulingv1alpha1.ReasonServiceRelabeled, fmt.Sprintf("%s; its EndpointSlice does not list %s yet", svc.relabeled, b.Spec.Pod))
 	default:
 		st.Phase = schedulingv1alpha1.BindingPending
 		setReady(false, schedulingv1alpha1.ReasonEndpointNotReady, fmt.Sprintf("Service %s has no ready endpoint for %s yet", b.Name, b.Spec.Pod))
 	}
 	return st, recheck
+}
+
+// staleSlices are the names of the binding's EndpointSlices that belong to a Service it replaced;
+// it forgets them once the cache has none of them.
+func (r *Reconciler) staleSlices(b *schedulingv1alpha1.PipelineBinding) map[string]bool {
+	key := client.ObjectKeyFromObject(b)
+	v, ok := r.oldSlices.Load(key)
+	if !ok {
+		return nil
+	}
+	old := v.(map[string]bool)
+	for _, name := range r.slices.of(b.Namespace, b.Name) {
+		if old[name] {
+			return old
+		}
+	}
+	r.oldSlices.Delete(key)
+	return nil
+}
+
+// forgetSlices marks the binding's EndpointSlices the cache has now as those of a Service that is
+// gone: the binding's Service was just created again.
+func (r *Reconciler) forgetSlices(b *schedulingv1alpha1.PipelineBinding) {
+	names := r.slices.of(b.Namespace, b.Name)
+	if len(names) == 0 {
+		return
+	}
+	old := make(map[string]bool, len(names))
+	for _, name := range names {
+		old[name] = true
+	}
+	r.oldSlices.Store(client.ObjectKeyFromObject(b), old)
+}
+
+// recreatedSinceReady says the binding's Service was created after the binding last became Ready
+// (a reconcile that re-created it lost its status write), or the binding already says its Service
+// was re-created: a later reconcile keeps saying so until the endpoint is listed.
+func recreatedSinceReady(b *schedulingv1alpha1.PipelineBinding, svc serviceState) bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition)
+	switch {
+	case c == nil:
+		return false
+	case c.Status == metav1.ConditionFalse:
+		return c.Reason == schedulingv1alpha1.ReasonServiceRecreated
+	}
+	return svc.created.After(c.LastTransitionTime.Time)
 }
 
 // endpointFor says the slices have a ready endpoint for exactly this Pod: same name, and the same
@@ -332,5 +399,5 @@ func PhaseOr(p schedulingv1alpha1.BindingPhase, def string) string {
 // the Pods the Service's EndpointSlices show ready (ReadyEndpointPods), and how soon to look again.
 // The Pipeline controller's simulated world computes binding phases with it.
 func StatusWithService(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
-	return bindingStatus(b, pod, ready, serviceState{usable: true}, now, grace)
+	return bindingStatus(b, pod, ready, serviceState{}, now, grace)
 }

@@ -57,7 +57,7 @@ func TestBindingStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, recheck := bindingStatus(tt.b, tt.pod, tt.ready, serviceState{usable: true}, t0, 5*time.Second)
+			st, recheck := bindingStatus(tt.b, tt.pod, tt.ready, serviceState{}, t0, 5*time.Second)
 			if st.Phase != tt.wantPhase || st.ServingPod != tt.wantServing || recheck != tt.wantRecheck {
 				t.Errorf("phase %s serving %q recheck %v, want %s %q %v", st.Phase, st.ServingPod, recheck, tt.wantPhase, tt.wantServing, tt.wantRecheck)
 			}

@@ -18,10 +18,10 @@ import (
 // Service's slices (the service-name label) and then enqueues the Service's binding, which has the
 // Service's name. A reconcile reads the slices it names from the cache by name.
 //
-// It replaces a cache field index by service name, which held two sets per Service (per namespace
-// and cluster-wide), about 2 KB per pipeline (docs/benchmarks.md, "Memory"). The map is updated in
-// the same handler that enqueues, before it enqueues, so a reconcile never runs on an event the map
-// has not seen; the informer delivers one slice's events in order.
+// It replaces a cache field index by service name, which controller-runtime would keep twice per
+// Service (per namespace and cluster-wide; docs/benchmarks.md, "Memory", has the figures). The map
+// is updated in the same handler that enqueues, before it enqueues, so a reconcile never runs on an
+// event the map has not seen; the informer delivers one slice's events in order.
 type sliceNames struct {
 	mu        sync.RWMutex
 	byService map[types.NamespacedName][]string

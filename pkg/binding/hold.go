@@ -48,6 +48,10 @@ type Drains interface {
 	Synced() bool
 }
 
+// holdConflictRequeue is how soon a hold patch that lost a race with another writer of the Pod
+// looks again: the next read sees the newer Pod.
+const holdConflictRequeue = 100 * time.Millisecond
+
 // holdRecheck is how soon a PreparingDelete Pod is looked at again while the Allocator has not
 // seen its mark yet, or while only a write in flight holds it (a write that does not apply sends
 // no binding event).
@@ -118,7 +122,7 @@ func (r *HoldReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if err := r.Patch(ctx, pod, patch); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: RaceRequeue}, nil // the Pod changed: its event brings it back
+			return ctrl.Result{RequeueAfter: holdConflictRequeue}, nil // the Pod changed: look again at the newer copy
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("patch hold on pod %s: %w", pod.Name, err))
 	}

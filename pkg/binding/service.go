@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,23 +26,22 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// serviceRecreatedGrace is how long a Ready binding stays Ready after its Service was re-created
-// (the class's serviceType changed) while the new Service's EndpointSlice does not list the
-// still-Ready Pod yet. The EndpointSlice controller normally catches up in well under a second.
-const serviceRecreatedGrace = 30 * time.Second
-
 // defaultPorts are a binding Service's ports when the class names none (the schema's default).
 var defaultPorts = []schedulingv1alpha1.WorkerClassPort{{Name: "http", Port: 80, TargetPort: ptrIntOrString(intstr.FromString("http"))}}
 
 // serviceState is what the binding's status needs to know of its Service.
 type serviceState struct {
 	// reason and message say why the Service is not as the class wants it (ServiceFailed,
-	// ServiceInTheWay); both empty when it is.
+	// ServiceInTheWay); both empty when it is. A binding whose Service is not as wanted is not
+	// Ready: the routes tell workers the class's mode and ports, not the Service's.
 	reason, message string
-	// usable says a Service of the binding's own exists, so its EndpointSlices count.
-	usable bool
-	// created is when the binding's Service was created.
+	// created is when the binding's Service was created; its EndpointSlices made earlier belong to
+	// a Service of the same name that is gone.
 	created time.Time
+	// recreated says the Service was just created again under the binding's name (a new
+	// serviceType, or it was deleted while the binding was Ready); relabeled says it was just given
+	// back its labels. Until its EndpointSlice lists the Pod, the status says so.
+	recreated, relabeled string
 }
 
 // ClassPorts and ClassServiceType read a class's Service settings; a missing class (the Pipeline is
@@ -189,7 +190,7 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 		cur = nil
 	}
 	st, err := r.writeService(ctx, b, wc, cur)
-	if isRace(err) {
+	if apierrors.IsConflict(err) {
 		return st, err // the cache is behind our own Service writes: not a problem to report
 	}
 	r.recordServiceProblem(b, st)
@@ -197,95 +198,168 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 }
 
 func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, wc *schedulingv1alpha1.WorkerClass, cur *corev1.Service) (serviceState, error) {
-	usable := cur != nil && metav1.IsControlledBy(cur, b)
-	if cur != nil && !usable {
-		return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: InTheWayMessage("Service", cur, "binding", b.Name)}, nil
+	inTheWay := func(other *corev1.Service) serviceState {
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: InTheWayMessage("Service", other, "binding", b.Name)}
 	}
-	failed := func(verb string, err error, usable bool) (serviceState, error) {
-		st := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, message: fmt.Sprintf("Service %s cannot be %s: %s", b.Name, verb, apiMessage(err)), usable: usable}
-		if usable {
-			st.created = cur.CreationTimestamp.Time
-		}
+	if cur != nil && !metav1.IsControlledBy(cur, b) {
+		return inTheWay(cur), nil
+	}
+	failed := func(verb string, err error) (serviceState, error) {
+		st := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, message: fmt.Sprintf("Service %s cannot be %s: %s", b.Name, verb, apiMessage(err))}
 		return st, fmt.Errorf("%s service %s: %w", strings.TrimSuffix(verb, "d"), b.Name, err)
 	}
 	ports := ClassPorts(wc)
 	if err := validatePorts(ports); err != nil {
 		// Not retried: the WorkerClass watch brings the binding back when the class is fixed.
-		st := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, usable: usable,
-			message: fmt.Sprintf("Service %s cannot be made from the ports of WorkerClass %s: %s", b.Name, b.Spec.Class, err)}
-		if usable {
-			st.created = cur.CreationTimestamp.Time
-		}
-		return st, nil
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceFailed,
+			message: fmt.Sprintf("Service %s cannot be made from the ports of WorkerClass %s: %s", b.Name, b.Spec.Class, err)}, nil
 	}
 	mode := ClassServiceType(wc)
 	want := DesiredService(b, mode, ports)
 	if err := controllerutil.SetControllerReference(b, want, r.Scheme()); err != nil {
 		return serviceState{}, err
 	}
-	log := ctrl.LoggerFrom(ctx)
-	if cur != nil && IsHeadless(cur) != (mode == schedulingv1alpha1.ServiceHeadless) {
-		// clusterIP is immutable: re-create under the same name, the only name workers know. The
-		// UID precondition keeps a stale cache from deleting a Service we already re-created.
-		was := "ClusterIP " + cur.Spec.ClusterIP
-		if IsHeadless(cur) {
-			was = "Headless"
-		}
-		if err := r.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return failed("re-created", err, true)
-		}
-		if err := r.Create(ctx, want); err != nil {
-			return failed("re-created", err, false)
-		}
-		log.Info("Re-created Service for a new serviceType", "service", b.Name, "was", was, "now", mode)
-		r.Recorder.Eventf(b, want, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRecreated, "RecreateService", "Service %s re-created as %s (was %s)", b.Name, mode, was)
-		return serviceState{usable: true, created: want.CreationTimestamp.Time}, nil
-	}
 	if cur == nil {
-		if err := r.Create(ctx, want); err != nil {
-			if other := r.liveService(ctx, b, err); other != nil {
-				return serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: InTheWayMessage("Service", other, "binding", b.Name)}, nil
+		if r.APIReader != nil && r.wasInTheWay(b) {
+			// Another's Service was in the way at the last look; it is outside the cache, so look
+			// again with one read rather than with a create the API server refuses.
+			live, err := r.readLive(ctx, b)
+			if err != nil {
+				return failed("read", err)
 			}
-			return failed("created", err, false)
+			if live != nil && !metav1.IsControlledBy(live, b) {
+				return inTheWay(live), nil
+			}
 		}
-		return serviceState{usable: true, created: want.CreationTimestamp.Time}, nil
+		err := r.Create(ctx, want)
+		if err == nil {
+			r.forgetSlices(b)
+			st := serviceState{created: want.CreationTimestamp.Time}
+			if b.Status.Phase == schedulingv1alpha1.BindingReady {
+				st.recreated = fmt.Sprintf("Service %s was deleted and created again", b.Name)
+			}
+			return st, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || r.APIReader == nil {
+			return failed("created", err)
+		}
+		// A Service of this name exists that the cache does not show: someone else's, or ours
+		// without the pipeline label the cache is filtered on. Only the API server can tell.
+		live, readErr := r.readLive(ctx, b)
+		switch {
+		case readErr != nil:
+			return failed("read", readErr)
+		case live == nil:
+			// Gone since the create: a Service outside the cache sends no event, so the create is
+			// retried with backoff.
+			return failed("created", err)
+		case !metav1.IsControlledBy(live, b):
+			return inTheWay(live), nil
+		}
+		return r.repairLabels(ctx, b, live, want)
+	}
+	if IsHeadless(cur) != (mode == schedulingv1alpha1.ServiceHeadless) {
+		return r.recreateService(ctx, b, cur, want, mode)
 	}
 	if !ServiceDrift(cur, want) {
-		return serviceState{usable: true, created: cur.CreationTimestamp.Time}, nil
+		return serviceState{created: cur.CreationTimestamp.Time}, nil
 	}
+	if err := r.patchService(ctx, cur, want); err != nil {
+		return failed("updated", err)
+	}
+	return serviceState{created: cur.CreationTimestamp.Time}, nil
+}
+
+// repairLabels gives the binding's own Service, which lost the labels the operator's cache selects
+// Services by, its labels back; everything else of it is left to the next reconcile, which sees it
+// in the cache again. A Service the cache cannot see sends no event when it changes, so a failed
+// repair is retried with backoff.
+func (r *Reconciler) repairLabels(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, live, want *corev1.Service) (serviceState, error) {
+	var lost []string
+	for k, v := range want.Labels {
+		if live.Labels[k] != v {
+			lost = append(lost, k+"="+v)
+		}
+	}
+	slices.Sort(lost)
+	if len(lost) == 0 {
+		// The cache is behind our own create: its event brings the binding back.
+		return serviceState{created: live.CreationTimestamp.Time}, nil
+	}
+	patch := client.MergeFrom(live.DeepCopy())
+	if live.Labels == nil {
+		live.Labels = map[string]string{}
+	}
+	maps.Copy(live.Labels, want.Labels)
+	if err := r.Patch(ctx, live, patch); err != nil {
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceFailed,
+				message: fmt.Sprintf("Service %s lacks the labels %s the operator finds its Services by, and cannot be relabelled: %s", b.Name, strings.Join(lost, ", "), apiMessage(err))},
+			fmt.Errorf("relabel service %s: %w", b.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Restored the labels of the binding's Service", "service", b.Name, "labels", lost)
+	r.Recorder.Eventf(b, live, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRelabeled, "RelabelService",
+		"Service %s had lost the labels %s the operator finds its Services by; they were restored", b.Name, strings.Join(lost, ", "))
+	return serviceState{created: live.CreationTimestamp.Time,
+		relabeled: fmt.Sprintf("Service %s had lost the labels %s and was relabelled", b.Name, strings.Join(lost, ", "))}, nil
+}
+
+// recreateService deletes the binding's Service and creates it in the class's mode under the same
+// name: clusterIP is immutable, and the name is the only one workers know, so the new Service
+// cannot be made before the old one is gone. The UID precondition keeps a stale cache from deleting
+// a Service we already re-created. Until the new Service's EndpointSlice lists the Pod, the binding
+// is not Ready.
+func (r *Reconciler) recreateService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, cur, want *corev1.Service, mode schedulingv1alpha1.BindingServiceType) (serviceState, error) {
+	was := "ClusterIP " + cur.Spec.ClusterIP
+	if IsHeadless(cur) {
+		was = "Headless"
+	}
+	if err := r.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return serviceState{}, err // a newer Service than the cache shows: decide again on it
+		}
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceFailed,
+				message: fmt.Sprintf("Service %s is %s and cannot be deleted to be re-created as %s: %s", b.Name, was, mode, apiMessage(err))},
+			fmt.Errorf("delete service %s: %w", b.Name, err)
+	}
+	if err := r.Create(ctx, want); err != nil {
+		// The old Service is gone: the binding has none until a retry creates it.
+		return serviceState{reason: schedulingv1alpha1.ReasonServiceFailed,
+				message: fmt.Sprintf("Service %s was deleted to be re-created as %s (was %s) and cannot be created: %s", b.Name, mode, was, apiMessage(err))},
+			fmt.Errorf("re-create service %s: %w", b.Name, err)
+	}
+	r.forgetSlices(b)
+	ctrl.LoggerFrom(ctx).Info("Re-created Service for a new serviceType", "service", b.Name, "was", was, "now", mode)
+	r.Recorder.Eventf(b, want, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRecreated, "RecreateService", "Service %s re-created as %s (was %s)", b.Name, mode, was)
+	return serviceState{created: want.CreationTimestamp.Time, recreated: fmt.Sprintf("Service %s was re-created as %s (was %s)", b.Name, mode, was)}, nil
+}
+
+// patchService sets on cur what the operator owns of want: its labels, type, selector and ports.
+func (r *Reconciler) patchService(ctx context.Context, cur, want *corev1.Service) error {
 	patch := client.MergeFrom(cur.DeepCopy())
 	if cur.Labels == nil {
 		cur.Labels = map[string]string{}
 	}
-	for k, v := range want.Labels {
-		cur.Labels[k] = v
-	}
+	maps.Copy(cur.Labels, want.Labels)
 	cur.Spec.Type = want.Spec.Type
 	cur.Spec.Selector = want.Spec.Selector
 	cur.Spec.Ports = want.Spec.Ports
-	if err := r.Patch(ctx, cur, patch); err != nil {
-		return failed("updated", err, true)
-	}
-	return serviceState{usable: true, created: cur.CreationTimestamp.Time}, nil
+	return r.Patch(ctx, cur, patch)
 }
 
-// liveService reads, past the cache, the Service a create found already there: the operator caches
-// only the Services of pipelines, so one made by someone else is not in the cache. It returns that
-// Service when the binding does not control it (it is in the way), nil otherwise.
-func (r *Reconciler) liveService(ctx context.Context, b *schedulingv1alpha1.PipelineBinding, createErr error) *corev1.Service {
-	if !apierrors.IsAlreadyExists(createErr) || r.APIReader == nil {
-		return nil
+// readLive reads the binding's Service past the cache; nil when there is none.
+func (r *Reconciler) readLive(ctx context.Context, b *schedulingv1alpha1.PipelineBinding) (*corev1.Service, error) {
+	live := &corev1.Service{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(b), live); err != nil {
+		return nil, client.IgnoreNotFound(err)
 	}
-	other := &corev1.Service{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(b), other); err != nil || metav1.IsControlledBy(other, b) {
-		return nil
-	}
-	return other
+	return live, nil
 }
 
-// isRace says a write lost against a newer state than the cache showed (a Service we already
-// re-created, a concurrent update): the next reconcile, on a fresher cache, decides again.
-func isRace(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+// wasInTheWay says the binding's last Service problem was another's Service in its way.
+func (r *Reconciler) wasInTheWay(b *schedulingv1alpha1.PipelineBinding) bool {
+	prev, ok := r.serviceProblems.Load(client.ObjectKeyFromObject(b))
+	return ok && prev.(serviceState).reason == schedulingv1alpha1.ReasonServiceInTheWay
+}
 
 // recordServiceProblem records a Warning Event when the binding's Service problem changes, not on
 // every retry of the same one.
@@ -295,7 +369,8 @@ func (r *Reconciler) recordServiceProblem(b *schedulingv1alpha1.PipelineBinding,
 		r.serviceProblems.Delete(key)
 		return
 	}
-	if prev, ok := r.serviceProblems.Swap(key, st.message); ok && prev == st.message {
+	problem := serviceState{reason: st.reason, message: st.message}
+	if prev, ok := r.serviceProblems.Swap(key, problem); ok && prev == problem {
 		return
 	}
 	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, st.reason, "SyncService", "%s", st.message)
@@ -334,13 +409,19 @@ func Problem(b *schedulingv1alpha1.PipelineBinding) string {
 	return ""
 }
 
-// withProblem adds the Service's problem to the message of a binding that is Ready all the same (a
-// Service of its own that could not be updated still serves the Pod).
-func withProblem(msg string, svc serviceState) string {
-	if svc.message == "" {
-		return msg
+// ServiceDown says the binding's name does not reach its Pod for a reason of the Service's own, for
+// its current spec: the Service is being re-created (a serviceType switch), cannot be written, or
+// another object holds its name. A stale endpoint read is not such a reason.
+func ServiceDown(b *schedulingv1alpha1.PipelineBinding) bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition)
+	if c == nil || c.Status == metav1.ConditionTrue || c.ObservedGeneration != b.Generation {
+		return false
 	}
-	return msg + "; but " + svc.message
+	switch c.Reason {
+	case schedulingv1alpha1.ReasonServiceFailed, schedulingv1alpha1.ReasonServiceInTheWay, schedulingv1alpha1.ReasonServiceRecreated:
+		return true
+	}
+	return false
 }
 
 // StageState is how a placed, not Ready stage is shown in the Pipeline's Ready condition: its

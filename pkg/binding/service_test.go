@@ -136,11 +136,19 @@ func TestBindingStatusWithService(t *testing.T) {
 		b.Status.Phase, b.Status.ServingPod = schedulingv1alpha1.BindingReady, b.Spec.Pod
 		return b
 	}
+	wasRecreated := func(b *schedulingv1alpha1.PipelineBinding) *schedulingv1alpha1.PipelineBinding {
+		b.Status.Phase, b.Status.ServingPod = schedulingv1alpha1.BindingPending, b.Spec.Pod
+		b.Status.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.BindingReadyCondition, Status: metav1.ConditionFalse, Reason: schedulingv1alpha1.ReasonServiceRecreated,
+			Message: "Service p-second was re-created as Headless (was ClusterIP 10.0.0.7); its EndpointSlice does not list green-1 yet"}}
+		return b
+	}
 	failed := serviceState{reason: schedulingv1alpha1.ReasonServiceFailed, message: "Service p-second cannot be created: exceeded quota: q"}
 	inTheWay := serviceState{reason: schedulingv1alpha1.ReasonServiceInTheWay, message: "Service p-second exists and is not controlled by binding p-second"}
-	ours := serviceState{usable: true, created: t0.Add(-time.Hour)}
-	recreated := serviceState{usable: true, created: t0.Add(-2 * time.Second)}
-	updateFailed := serviceState{usable: true, created: t0.Add(-time.Hour), reason: schedulingv1alpha1.ReasonServiceFailed, message: "Service p-second cannot be updated: Forbidden"}
+	ours := serviceState{created: t0.Add(-time.Hour)}
+	recreated := serviceState{created: t0.Add(-2 * time.Second), recreated: "Service p-second was re-created as Headless (was ClusterIP 10.0.0.7)"}
+	relabeled := serviceState{created: t0.Add(-time.Hour), relabeled: "Service p-second had lost the labels scheduling.conveyor.dev/pipeline=p and was relabelled"}
+	updateFailed := serviceState{created: t0.Add(-time.Hour), reason: schedulingv1alpha1.ReasonServiceFailed, message: "Service p-second cannot be updated: Forbidden"}
+	notRecreated := serviceState{created: t0.Add(-time.Hour), reason: schedulingv1alpha1.ReasonServiceFailed, message: "Service p-second is ClusterIP 10.0.0.7 and cannot be deleted to be re-created as Headless: Forbidden"}
 	tests := []struct {
 		name        string
 		b           *schedulingv1alpha1.PipelineBinding
@@ -158,17 +166,23 @@ func TestBindingStatusWithService(t *testing.T) {
 			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceInTheWay, inTheWay.message, 0},
 		{"a gone Pod is still DeadEnd first", stageBinding("p", "second", "green-1"), nil, nil, failed,
 			schedulingv1alpha1.BindingDeadEnd, schedulingv1alpha1.ReasonPodGone, "worker Pod green-1 is gone or terminating", 0},
-		{"an update that failed while the Service still serves: Ready, with the problem", stageBinding("p", "second", "green-1"), readyPod("green-1", true), ready("green-1"), updateFailed,
-			schedulingv1alpha1.BindingReady, schedulingv1alpha1.ReasonEndpointReady, "Service p-second has a ready endpoint for green-1; but " + updateFailed.message, 0},
+		{"an update that failed while the old Service still serves: not Ready, the routes describe another Service", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), ready("green-1"), updateFailed,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceFailed, updateFailed.message, 0},
 		{"an update that failed, no endpoint: ServiceFailed, not EndpointNotReady", stageBinding("p", "second", "green-1"), readyPod("green-1", true), nil, updateFailed,
 			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceFailed, updateFailed.message, 0},
-		{"a re-created Service keeps a Ready binding Ready while its endpoint catches up", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), nil, recreated,
-			schedulingv1alpha1.BindingReady, schedulingv1alpha1.ReasonServiceRecreated, "Service p-second was re-created; its endpoint for green-1, which is Ready, is not listed yet", serviceRecreatedGrace - 2*time.Second},
-		{"a re-created Service does not make a Pending binding Ready", stageBinding("p", "second", "green-1"), readyPod("green-1", true), nil, recreated,
-			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonEndpointNotReady, "Service p-second has no ready endpoint for green-1 yet", 0},
+		{"a serviceType switch whose delete failed: not Ready on the old mode's Service", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), ready("green-1"), notRecreated,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceFailed, notRecreated.message, 0},
+		{"a re-created Service makes a Ready binding Pending until its endpoint is listed", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), nil, recreated,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceRecreated, recreated.recreated + "; its EndpointSlice does not list green-1 yet", 0},
+		{"a relabelled Service: Pending, saying why, until its endpoint is listed", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), nil, relabeled,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceRelabeled, relabeled.relabeled + "; its EndpointSlice does not list green-1 yet", 0},
 		{"an old Service without endpoint: Pending", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), nil, ours,
 			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonEndpointNotReady, "Service p-second has no ready endpoint for green-1 yet", 0},
-		{"the re-created Service lists the Pod: EndpointReady", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), ready("green-1"), recreated,
+		{"a Service just re-created: its Pod's endpoint in the cache is an old Service's", wasReady(stageBinding("p", "second", "green-1")), readyPod("green-1", true), ready("green-1"), recreated,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceRecreated, recreated.recreated + "; its EndpointSlice does not list green-1 yet", 0},
+		{"a later reconcile keeps saying the Service was re-created", wasRecreated(stageBinding("p", "second", "green-1")), readyPod("green-1", true), nil, ours,
+			schedulingv1alpha1.BindingPending, schedulingv1alpha1.ReasonServiceRecreated, recreated.recreated + "; its EndpointSlice does not list green-1 yet", 0},
+		{"the re-created Service lists the Pod: EndpointReady", wasRecreated(stageBinding("p", "second", "green-1")), readyPod("green-1", true), ready("green-1"), ours,
 			schedulingv1alpha1.BindingReady, schedulingv1alpha1.ReasonEndpointReady, "Service p-second has a ready endpoint for green-1", 0},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,9 @@
 // workerclasses.scheduling.conveyor.dev, among them workerclass_utilization, the load the
 // pipelines request of a class as a percentage of what its Ready workers handle, so a
 // HorizontalPodAutoscaler scales the class's WorkerSet on a cluster with no Prometheus.
-// Every operator replica serves it from its own cache (not only the leader).
+// Every operator replica serves it from its own cache (not only the leader), for the namespaces it
+// watches; for a WorkerClass of any other namespace it reads the numbers that namespace's operator
+// wrote into the class's status, so one APIService serves the classes of every release.
 package custommetrics
 
 import (
@@ -48,7 +50,12 @@ type Provider struct {
 	Reader client.Reader
 	// Loads serves the numbers: the operator's Allocator.
 	Loads LoadSource
-	Now   func() time.Time
+	// Namespaces are the namespaces this operator watches; empty means all. A WorkerClass of another
+	// namespace belongs to another release's operator, which writes its numbers into the class's
+	// status: the provider answers from that status, read with APIReader (nil: it does not answer).
+	Namespaces []string
+	APIReader  client.Reader
+	Now        func() time.Time
 }
 
 var _ provider.CustomMetricsProvider = &Provider{}
@@ -57,6 +64,37 @@ var _ provider.CustomMetricsProvider = &Provider{}
 // the WorkerClass status and the Prometheus metrics always agree.
 type LoadSource interface {
 	ClassLoads(namespace string) map[string]workerclass.ClassLoad
+	// Synced says the allocator has seen every object its informers listed at start-up. Before
+	// that its numbers miss workers and load: a utilisation near zero would make an HPA scale down.
+	Synced() bool
+}
+
+// notSynced is the answer while the allocator has not synced: an error, which makes the HPA keep
+// its replica count (ScalingActive False, FailedGetObjectMetric) rather than act on a number.
+func notSynced(metric string) error {
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("metric %s: this operator replica has not read its start-up lists yet", metric))
+}
+
+// watches says the namespace is one this operator's allocator counts.
+func (p *Provider) watches(namespace string) bool {
+	return len(p.Namespaces) == 0 || slices.Contains(p.Namespaces, namespace)
+}
+
+// StatusLoad is a WorkerClass's numbers as its operator wrote them into its status, and false when
+// that status is not of the class's current generation (the operator has not written it since the
+// spec changed, or ever): its capacity or autoscaling could have changed since.
+func StatusLoad(wc *schedulingv1alpha1.WorkerClass) (workerclass.ClassLoad, bool) {
+	if wc.Status.ObservedGeneration == 0 || wc.Status.ObservedGeneration != wc.Generation {
+		return workerclass.ClassLoad{}, false
+	}
+	l := workerclass.ClassLoad{
+		Class: wc.Name, Capacity: int64(wc.Spec.Capacity), Workers: wc.Status.Workers,
+		Requested: wc.Status.RequestedDocumentsPerSecond, Allocated: wc.Status.AllocatedDocumentsPerSecond,
+	}
+	if wc.Spec.Autoscaling != nil {
+		l.MaxWorkers = wc.Spec.Autoscaling.MaxReplicas
+	}
+	return l, true
 }
 
 // ListAllMetrics lists the metrics the provider serves.
@@ -73,6 +111,26 @@ func (p *Provider) GetMetricByName(ctx context.Context, name types.NamespacedNam
 	if info.GroupResource != workerClasses {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
+	if !p.watches(name.Namespace) {
+		if p.APIReader == nil {
+			return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+		}
+		wc := &schedulingv1alpha1.WorkerClass{}
+		if err := p.APIReader.Get(ctx, name, wc); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+			}
+			return nil, apierrors.NewInternalError(err)
+		}
+		l, ok := StatusLoad(wc)
+		if !ok {
+			return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
+		}
+		return p.value(name, info.Metric, l)
+	}
+	if !p.Loads.Synced() {
+		return nil, notSynced(info.Metric)
+	}
 	l, ok := p.Loads.ClassLoads(name.Namespace)[name.Name]
 	if !ok {
 		return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
@@ -85,14 +143,34 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	if info.GroupResource != workerClasses || !slices.ContainsFunc(p.ListAllMetrics(), func(m provider.CustomMetricInfo) bool { return m.Metric == info.Metric }) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
+	reader, own := p.Reader, p.watches(namespace)
+	if !own {
+		if p.APIReader == nil {
+			return &custom_metrics.MetricValueList{}, nil
+		}
+		reader = p.APIReader
+	} else if !p.Loads.Synced() {
+		return nil, notSynced(info.Metric)
+	}
 	classes := &schedulingv1alpha1.WorkerClassList{}
-	if err := p.Reader.List(ctx, classes, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	if err := reader.List(ctx, classes, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	loads := p.Loads.ClassLoads(namespace)
+	var loads map[string]workerclass.ClassLoad
+	if own {
+		loads = p.Loads.ClassLoads(namespace)
+	}
 	out := &custom_metrics.MetricValueList{}
-	for _, wc := range classes.Items {
-		v, err := p.value(types.NamespacedName{Namespace: namespace, Name: wc.Name}, info.Metric, loads[wc.Name])
+	for i := range classes.Items {
+		wc := &classes.Items[i]
+		l := loads[wc.Name]
+		if !own {
+			var ok bool
+			if l, ok = StatusLoad(wc); !ok {
+				continue // no numbers of this class's current generation yet
+			}
+		}
+		v, err := p.value(types.NamespacedName{Namespace: namespace, Name: wc.Name}, info.Metric, l)
 		if apierrors.IsNotFound(err) {
 			continue // a class without a value of this metric (utilization with no Ready worker)
 		}

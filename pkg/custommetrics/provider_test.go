@@ -129,3 +129,61 @@ func TestProviderUtilizationBySelector(t *testing.T) {
 type staticLoads map[string]workerclass.ClassLoad
 
 func (s staticLoads) ClassLoads(string) map[string]workerclass.ClassLoad { return s }
+func (s staticLoads) Synced() bool                                       { return true }
+
+// unsyncedLoads is an allocator that has not read its start-up lists: what it has is partial.
+type unsyncedLoads struct{ staticLoads }
+
+func (unsyncedLoads) Synced() bool { return false }
+
+// TestProviderBeforeTheAllocatorSynced: a replica whose allocator has not synced answers an error
+// for its own namespaces' classes, by name and by selector, which the HPA treats as no metric (it
+// keeps its replicas), never the partial numbers it has.
+func TestProviderBeforeTheAllocatorSynced(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(fixtures.MakeWorkerClass("ns", "green").Capacity(15).Obj()).Build()
+	p := &Provider{Reader: c, Loads: unsyncedLoads{staticLoads{"green": {Capacity: 15, Workers: 0, Requested: 0}}}}
+	for _, metric := range []string{MetricUtilization, MetricRequest, MetricAllocated, MetricWorkers} {
+		info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: metric}
+		if v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ns", Name: "green"}, info, labels.Everything()); !apierrors.IsServiceUnavailable(err) {
+			t.Errorf("%s by name: %+v, %v; want ServiceUnavailable", metric, v, err)
+		}
+		if v, err := p.GetMetricBySelector(context.Background(), "ns", labels.Everything(), info, labels.Everything()); !apierrors.IsServiceUnavailable(err) {
+			t.Errorf("%s by selector: %+v, %v; want ServiceUnavailable", metric, v, err)
+		}
+	}
+}
+
+// TestProviderOtherReleasesClasses: a WorkerClass of a namespace this operator does not watch is
+// answered from its status, as the operator that watches it wrote it, read past the cache; a
+// status not of the class's current generation is no value.
+func TestProviderOtherReleasesClasses(t *testing.T) {
+	theirs := fixtures.MakeWorkerClass("theirs", "green").Capacity(15).Label("tier", "a").Status(3, 30, 20).Obj()
+	theirs.Generation, theirs.Status.ObservedGeneration = 2, 2
+	stale := fixtures.MakeWorkerClass("theirs", "blue").Capacity(30).Label("tier", "a").Status(1, 10, 10).Obj()
+	stale.Generation, stale.Status.ObservedGeneration = 3, 2
+	api := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(theirs, stale).Build()
+	// This replica's own allocator has not synced, and knows nothing of the other namespace.
+	p := &Provider{Reader: nil, APIReader: api, Namespaces: []string{"ns"}, Loads: unsyncedLoads{staticLoads{}}}
+	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricUtilization}
+	v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "theirs", Name: "green"}, info, labels.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Value.Value() != 67 || v.DescribedObject.Namespace != "theirs" || v.DescribedObject.Name != "green" {
+		t.Errorf("got %+v, want 67 (30 of 3 × 15, rounded up)", v)
+	}
+	if v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "theirs", Name: "blue"}, info, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("a status of an older generation: %+v, %v; want NotFound", v, err)
+	}
+	if v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "theirs", Name: "purple"}, info, labels.Everything()); !apierrors.IsNotFound(err) {
+		t.Errorf("a missing class: %+v, %v; want NotFound", v, err)
+	}
+	info.Metric = MetricRequest
+	list, err := p.GetMetricBySelector(context.Background(), "theirs", labels.SelectorFromSet(labels.Set{"tier": "a"}), info, labels.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].DescribedObject.Name != "green" || list.Items[0].Value.Value() != 30 {
+		t.Errorf("by selector: %+v, want only green at 30", list.Items)
+	}
+}

@@ -22,6 +22,10 @@ type ServerOptions struct {
 	// Kubeconfig is used for delegated authentication and authorization and for discovery;
 	// empty means in-cluster.
 	Kubeconfig string
+	// Namespaces are the namespaces the operator watches (empty: all). The WorkerClasses of other
+	// namespaces are answered from their status, read with APIReader (nil: not answered).
+	Namespaces []string
+	APIReader  client.Reader
 }
 
 // Server is the custom metrics API server as a controller-runtime Runnable that runs on every
@@ -52,7 +56,7 @@ func NewServer(opts ServerOptions, reader client.Reader, loads LoadSource) (*Ser
 		RemoteKubeConfigFile:              opts.Kubeconfig,
 		FlagSet:                           pflag.NewFlagSet("custom-metrics", pflag.ContinueOnError),
 	}
-	a.WithCustomMetrics(&Provider{Reader: reader, Loads: loads})
+	a.WithCustomMetrics(&Provider{Reader: reader, Loads: loads, Namespaces: opts.Namespaces, APIReader: opts.APIReader})
 	if _, err := a.Server(); err != nil {
 		return nil, fmt.Errorf("build custom metrics server: %w", err)
 	}

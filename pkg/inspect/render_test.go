@@ -128,7 +128,7 @@ func TestTables(t *testing.T) {
 		wide bool
 		want string
 	}{
-		{"the talk's columns", false, `WorkerClass      NAME          CAPACITY  REQUEST  WORKERS
+		{"the default columns", false, `WorkerClass      NAME          CAPACITY  REQUEST  WORKERS
                  blue          30        10       1
                  green         15        10       1
                  yellow        200       10       0

@@ -18,7 +18,7 @@ func newTabWriter(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// section writes one of the talk's tables: the kind in the first column of the header line, the
+// section writes one table: the kind in the first column of the header line, the
 // rows below it with an empty first column, all aligned with the other sections.
 func section(w io.Writer, kind string, header []string, rows [][]string) {
 	fmt.Fprintf(w, "%s\t%s\n", kind, strings.Join(header, "\t"))
@@ -27,7 +27,7 @@ func section(w io.Writer, kind string, header []string, rows [][]string) {
 	}
 }
 
-// Tables writes the talk's tables for the snapshot: WorkerClass, Pipeline, PipelineBinding,
+// Tables writes the tables of the snapshot: WorkerClass, Pipeline, PipelineBinding,
 // Service and HPA, one section each, aligned together. It is what `kubectl conveyor get` and the
 // demo print.
 func (r Renderer) Tables(w io.Writer, s *Snapshot) error {

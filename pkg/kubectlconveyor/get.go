@@ -11,7 +11,7 @@ func newGetCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get",
 		Short: "Print the classes, pipelines, bindings, Services and autoscalers of a namespace",
-		Long: `Print the talk's tables for a namespace: every WorkerClass (capacity, requested load, Ready
+		Long: `Print a namespace's Conveyor objects as tables: every WorkerClass (capacity, requested load, Ready
 workers), Pipeline (load, phase), PipelineBinding (phase, worker Pod), the bindings' Services with
 the Pods they have ready endpoints for, and the HorizontalPodAutoscalers.
 

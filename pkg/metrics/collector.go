@@ -28,6 +28,9 @@ var (
 	bindingsDesc = prometheus.NewDesc("conveyor_pipeline_bindings",
 		"PipelineBindings by phase.",
 		[]string{"pipeline_namespace", "phase"}, nil)
+	syncedDesc = prometheus.NewDesc("conveyor_allocator_synced",
+		"1 when this operator replica has read the start-up lists of its informers and serves the conveyor_workerclass_* and conveyor_pipeline* series; 0 before, when it serves none of them.",
+		nil, nil)
 )
 
 // Collector serves Conveyor's metrics from the Allocator's counters at scrape time. The allocator
@@ -49,19 +52,29 @@ type PhaseCounts struct {
 type Counters interface {
 	AllClassLoads() map[string]map[string]workerclass.ClassLoad
 	Phases() map[string]PhaseCounts
+	// Synced says the allocator has seen every object its informers listed at start-up; before
+	// that its counters miss objects and are not served.
+	Synced() bool
 }
 
 var _ prometheus.Collector = &Collector{}
 
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{requestedDesc, capacityDesc, workersDesc, maxCapacityDesc, pipelinesDesc, unschedulableDesc, bindingsDesc} {
+	for _, d := range []*prometheus.Desc{requestedDesc, capacityDesc, workersDesc, maxCapacityDesc, pipelinesDesc, unschedulableDesc, bindingsDesc, syncedDesc} {
 		ch <- d
 	}
 }
 
-// Collect sends every metric.
+// Collect sends every metric. Until the allocator has synced it sends only conveyor_allocator_synced
+// 0: a replica that just started would report near-zero numbers, and an absent series is what an
+// alert or an adapter reading it handles as "no data" rather than as zero.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if !c.Allocator.Synced() {
+		ch <- prometheus.MustNewConstMetric(syncedDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(syncedDesc, prometheus.GaugeValue, 1)
 	for ns, byClass := range c.Allocator.AllClassLoads() {
 		for name, l := range byClass {
 			ch <- prometheus.MustNewConstMetric(requestedDesc, prometheus.GaugeValue, float64(l.Requested), name, ns)

@@ -13,6 +13,7 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/metrics"
 	"github.com/conveyor-dev/conveyor/pkg/metrics/metricstest"
 	"github.com/conveyor-dev/conveyor/pkg/pipeline"
+	"github.com/conveyor-dev/conveyor/pkg/workerclass"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -153,5 +154,44 @@ func TestCollectorFromAllocator(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(&metrics.Collector{Allocator: a}, "conveyor_workerclass_workers"); n != 2 {
 		t.Errorf("%d conveyor_workerclass_workers series, want 2 (green in ns and in other)", n)
+	}
+}
+
+// partialCounters is an allocator that has not read its start-up lists: what it counts is partial.
+type partialCounters struct{ synced bool }
+
+func (partialCounters) AllClassLoads() map[string]map[string]workerclass.ClassLoad {
+	return map[string]map[string]workerclass.ClassLoad{"ns": {"green": {Class: "green", Capacity: 15}}}
+}
+func (partialCounters) Phases() map[string]metrics.PhaseCounts {
+	return map[string]metrics.PhaseCounts{"ns": {Pipelines: map[string]int{"Ready": 1}, Bindings: map[string]int{"Ready": 1}}}
+}
+func (p partialCounters) Synced() bool { return p.synced }
+
+// TestCollectorBeforeTheAllocatorSynced: a replica whose allocator has not synced serves none of the
+// class and pipeline series (an absent series is "no data", a partial count is a wrong one), and
+// says why with conveyor_allocator_synced 0; once synced it serves them with 1.
+func TestCollectorBeforeTheAllocatorSynced(t *testing.T) {
+	for _, synced := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&metrics.Collector{Allocator: partialCounters{synced: synced}})
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				got[f.GetName()] += m.GetGauge().GetValue()
+			}
+		}
+		want := map[string]float64{"conveyor_allocator_synced": 0}
+		if synced {
+			want = map[string]float64{"conveyor_allocator_synced": 1, "conveyor_workerclass_requested_documents_per_second": 0,
+				"conveyor_workerclass_capacity_documents_per_second": 0, "conveyor_workerclass_workers": 0, "conveyor_pipelines": 1, "conveyor_pipeline_bindings": 1}
+		}
+		if diff := metricstest.Diff(got, want); diff != "" {
+			t.Errorf("synced %v: %s", synced, diff)
+		}
 	}
 }

@@ -38,7 +38,7 @@ const (
 	unsettledRecheck = 5 * time.Second
 	// raceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
 	// AlreadyExists, a status written by an older copy) or must write in two rounds looks again.
-	raceRequeue = binding.RaceRequeue
+	raceRequeue = 100 * time.Millisecond
 )
 
 // Reconciler is the Pipeline controller. It validates a Pipeline, places its stages on worker Pods

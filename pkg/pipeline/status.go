@@ -71,7 +71,7 @@ func computeStatus(s *pipelineScope, in intent, p writePlan, o outcome) scheduli
 	if in.never != nil && !established(pl) {
 		phase = schedulingv1alpha1.PipelinePending
 	}
-	st.Phase = nextPhase(pl.Status.Phase, phase, len(o.written) > 0 || pl.Generation != pl.Status.ObservedGeneration)
+	st.Phase = nextPhase(pl.Status.Phase, phase, len(o.written) > 0 || pl.Generation != pl.Status.ObservedGeneration || c.serviceDown)
 	if st.Phase == schedulingv1alpha1.PipelineReady {
 		set(schedulingv1alpha1.PipelineReadyCondition, true, schedulingv1alpha1.ReasonBindingsReady, fmt.Sprintf("all %d bindings are Ready", total))
 	} else {
@@ -87,6 +87,10 @@ type stageCounts struct {
 	// moves the phase on to Plotted.
 	dead     bool
 	notReady []string
+	// serviceDown: a binding's Service does not reach its Pod for a reason of its own (being
+	// re-created, refused, in the way), which takes a Ready pipeline back to Plotted; a binding
+	// merely not Ready yet (a lagging endpoint read) does not.
+	serviceDown bool
 }
 
 func countStages(s *pipelineScope, in intent, o outcome) stageCounts {
@@ -114,6 +118,9 @@ func countStages(s *pipelineScope, in intent, o outcome) stageCounts {
 			c.notReady = append(c.notReady, fmt.Sprintf("%s (lost its worker, placed again on %s)", name, b.Spec.Pod))
 		case b.Status.Phase == schedulingv1alpha1.BindingReady:
 			c.ready++
+		case binding.ServiceDown(b):
+			c.serviceDown = true
+			c.notReady = append(c.notReady, fmt.Sprintf("%s (%s)", name, binding.StageState(b)))
 		case binding.Problem(b) == "" && b.Status.Phase != schedulingv1alpha1.BindingDeadEnd:
 			// A binding whose endpoint is simply not ready yet is not named: the message stays
 			// the same while the bindings become Ready one by one, so the status is not

@@ -100,6 +100,18 @@ func setHPASpec(spec, want *autoscalingv2.HorizontalPodAutoscalerSpec) {
 	spec.Behavior.ScaleDown.StabilizationWindowSeconds = want.Behavior.ScaleDown.StabilizationWindowSeconds
 }
 
+func autoscalerConflict(wc *schedulingv1alpha1.WorkerClass) (bool, string, string, error) {
+	return false, schedulingv1alpha1.ReasonAutoscalerConflict,
+		fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
+}
+
+func (r *Reconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
 func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
@@ -125,8 +137,7 @@ func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.
 		return false, schedulingv1alpha1.ReasonAutoscalingDisabled, "spec.autoscaling is not set: the WorkerSet is scaled by hand", nil
 	}
 	if found && !owned {
-		return false, schedulingv1alpha1.ReasonAutoscalerConflict,
-			fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
+		return autoscalerConflict(wc)
 	}
 	want := DesiredHPA(wc)
 	if err := r.writeHPA(ctx, wc, want, existing, found); err != nil {

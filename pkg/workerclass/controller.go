@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -28,9 +27,9 @@ import (
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
-// raceRequeue is how soon a status write that lost a race with the cache (a Conflict) looks
-// again.
-const raceRequeue = 100 * time.Millisecond
+// UnsyncedRecheck is how soon a WorkerClass looks again while the allocator has not yet read its
+// start-up lists.
+const UnsyncedRecheck = time.Second
 
 // inTheWayRecheck is how often an HPA in the way of the class's own is looked at again: it lacks the
 // class label, so it is outside the cache and its removal sends no event.
@@ -51,8 +50,7 @@ type Reconciler struct {
 	StatusInterval time.Duration
 	Now            func() time.Time
 
-	mu        sync.Mutex
-	lastWrite map[types.NamespacedName]time.Time
+	pace conveyorstatus.Pace
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
@@ -73,7 +71,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	r.lastWrite = map[types.NamespacedName]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("workerclass").
 		For(&schedulingv1alpha1.WorkerClass{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -112,9 +109,17 @@ func (r *Reconciler) setToClasses(ctx context.Context, o client.Object) []reconc
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wc := &schedulingv1alpha1.WorkerClass{}
 	if err := r.Get(ctx, req.NamespacedName, wc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pace.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("workerClass", klog.KObj(wc)))
+	if !r.Allocator.Synced() {
+		// Before the allocator has read the start-up lists its numbers miss workers and load: a
+		// status written from them could tell an autoscaler reading it to scale down.
+		return ctrl.Result{RequeueAfter: UnsyncedRecheck}, nil
+	}
 	l := r.Allocator.ClassLoads(wc.Namespace)[wc.Name]
 	st := schedulingv1alpha1.WorkerClassStatus{
 		ObservedGeneration:          wc.Generation,
@@ -162,13 +167,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if _, err := conveyorstatus.Patch(ctx, r.Client, wc, &wc.Status, st); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: raceRequeue}, nil
+			// A refused HPA write keeps its backoff even when the status write lost a race.
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: r.pace.Conflict(key)}, syncErr)
 		}
 		return ctrl.Result{}, errors.Join(err, syncErr)
 	}
-	r.mu.Lock()
-	r.lastWrite[key] = r.Now()
-	r.mu.Unlock()
+	r.pace.Wrote(key, r.Now())
+	r.pace.NoConflict(key)
 	return conveyorstatus.Result(ctrl.Result{RequeueAfter: recheck}, syncErr)
 }
 
@@ -180,12 +185,7 @@ func (r *Reconciler) debounce(key types.NamespacedName, old, st schedulingv1alph
 	if old.ObservedGeneration != st.ObservedGeneration || !apiequality.Semantic.DeepEqual(old.Conditions, st.Conditions) {
 		return 0
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if elapsed := r.Now().Sub(r.lastWrite[key]); elapsed < r.StatusInterval {
-		return r.StatusInterval - elapsed
-	}
-	return 0
+	return r.pace.Wait(key, r.StatusInterval, r.Now())
 }
 
 func targetUtilization(wc *schedulingv1alpha1.WorkerClass) int32 {
@@ -215,6 +215,9 @@ func workerSetCheck(wc *schedulingv1alpha1.WorkerClass, set *appsv1alpha1.Worker
 type Loads interface {
 	// ClassLoads are the numbers of every class of a namespace the allocator knows.
 	ClassLoads(namespace string) map[string]ClassLoad
+	// Synced says the allocator has seen every object its informers listed at start-up; before
+	// that its numbers are not to be served or written.
+	Synced() bool
 	// SetHooks registers the calls the allocator makes when a pipeline should look again (wake)
 	// and when a class's numbers changed (classChanged); a nil hook leaves the registered one.
 	SetHooks(wake func(namespace, pipeline string), classChanged func(namespace, class string))

@@ -122,10 +122,16 @@ const (
 	// ReasonServiceInTheWay: a Service with the binding's name exists and is not controlled by the
 	// binding; the operator neither modifies nor adopts it. Delete or rename it.
 	ReasonServiceInTheWay = "ServiceInTheWay"
-	// ReasonServiceRecreated: the binding was Ready, its Service was just re-created under the same
-	// name (the class's serviceType changed, or someone deleted it) and its EndpointSlice does not
-	// list the still-Ready Pod yet; the binding stays Ready for up to 30 seconds meanwhile.
+	// ReasonServiceRecreated: the binding's Service was just re-created under the same name (the
+	// class's serviceType changed, or it was deleted while the binding was Ready), and its
+	// EndpointSlice does not list the Pod yet: the name does not lead to the Pod, so the binding is
+	// Pending until it does. Also the reason of the Normal Event of the re-creation.
 	ReasonServiceRecreated = "ServiceRecreated"
+	// ReasonServiceRelabeled: the binding's own Service had lost the labels the operator finds its
+	// Services by (scheduling.conveyor.dev/pipeline and /stage), so the operator could not see it;
+	// the labels were restored, and the binding is Pending until the EndpointSlice lists the Pod.
+	// Also the reason of the Normal Event of the repair.
+	ReasonServiceRelabeled = "ServiceRelabeled"
 )
 
 // Event reasons of a PipelineBinding.

@@ -233,3 +233,24 @@ only sees the cluster on install, upgrade and --dry-run=server; `helm template` 
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{- /*
+conveyor.customMetrics.checkOwner fails when the APIService v1beta2.custom.metrics.k8s.io belongs to
+anything but this release: there is one per cluster, and the release that has it serves the
+WorkerClasses of every release (each of the others from the class's status).
+*/ -}}
+{{- define "conveyor.customMetrics.checkOwner" -}}
+{{- $svc := lookup "apiregistration.k8s.io/v1" "APIService" "" "v1beta2.custom.metrics.k8s.io" }}
+{{- if $svc }}
+{{- $ann := dig "metadata" "annotations" dict $svc }}
+{{- $relName := index $ann "meta.helm.sh/release-name" | default "" }}
+{{- $relNs := index $ann "meta.helm.sh/release-namespace" | default "" }}
+{{- if not (and (eq $relName .Release.Name) (eq $relNs .Release.Namespace)) }}
+{{- $owner := "something that is not a Helm release" }}
+{{- if $relName }}
+{{- $owner = printf "release %q in namespace %q" $relName $relNs }}
+{{- end }}
+{{- fail (printf "the APIService v1beta2.custom.metrics.k8s.io already exists and belongs to %s: a cluster has one, and a Conveyor release that has it serves the custom metrics of every release's WorkerClasses. Install this release with customMetrics.enabled=false (see docs/operations.md, Several releases and custom metrics)" $owner) }}
+{{- end }}
+{{- end }}
+{{- end }}
