@@ -24,6 +24,7 @@ HELM           := $(BIN)/helm
 GOLANGCI_LINT  := $(BIN)/golangci-lint
 PROMTOOL       := $(BIN)/promtool
 KWOKCTL        := $(BIN)/kwokctl
+DIST           := $(ROOT)/dist
 KUBECTL        := $(BIN)/kubectl
 
 # Test knobs: go test flags, and whether `make demo` keeps its cluster running afterwards.
@@ -85,6 +86,16 @@ verify: generate ## Regenerate, tidy, and fail on any diff or untracked file.
 	@if [ -n "$$(git status --porcelain)" ]; then \
 		echo "verify: the tree differs after regeneration and go mod tidy:"; git status --porcelain; git --no-pager diff --stat; exit 1; fi
 	@echo "verify: generated code, CRDs and go.mod files are up to date"
+
+##@ Release
+
+.PHONY: image
+image: ## Build the multi-arch image (linux/amd64, linux/arm64) as an OCI layout in dist/image; no container engine needed.
+	go run ./hack/release image --out $(DIST)
+
+.PHONY: release
+release: $(HELM) ## Write every release artifact into dist/: the image, the packaged chart, the kubectl-conveyor archives, their krew manifest, SHA256SUMS.
+	go run ./hack/release all --out $(DIST) --helm $(HELM)
 
 ##@ Test
 
