@@ -58,13 +58,15 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRDs into charts/conveyor/crds and 
 
 .PHONY: build
 build: ## Build every package and the binaries into ./bin (conveyor-operator, conveyor-scheduler, kubectl-conveyor).
-	go build ./...
+	@# Static and trimmed, as hack/release builds them for the image and the plugin archives: the
+	@# release build (and the end-to-end test of it) then reuses these compiled packages.
+	CGO_ENABLED=0 go build -trimpath ./...
 	@# cmd/<name> becomes bin/conveyor-<name>; a kubectl plugin (cmd/kubectl-<name>) keeps its name,
 	@# which kubectl finds on the PATH.
 	@for d in cmd/*/; do \
 		[ -f "$$d/main.go" ] || continue; \
 		name=$$(basename $$d); case $$name in kubectl-*) out=$$name ;; *) out=conveyor-$$name ;; esac; \
-		go build -o $(BIN)/$$out ./$$d; \
+		CGO_ENABLED=0 go build -trimpath -o $(BIN)/$$out ./$$d; \
 	done
 
 .PHONY: fmt
