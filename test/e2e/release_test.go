@@ -381,8 +381,8 @@ func installPluginFromKrew(t *testing.T, dist, goos, goarch string) string {
 		APIVersion, Kind string
 		Metadata         struct{ Name string }
 		Spec             struct {
-			Version   string
-			Platforms []struct {
+			Version, Homepage, ShortDescription, Description string
+			Platforms                                        []struct {
 				Selector struct {
 					MatchLabels map[string]string `json:"matchLabels"`
 				}
@@ -396,6 +396,9 @@ func installPluginFromKrew(t *testing.T, dist, goos, goarch string) string {
 	}
 	expect(t, "krew manifest kind", manifest.APIVersion+" "+manifest.Kind, "krew.googlecontainertools.github.com/v1alpha2 Plugin")
 	expect(t, "krew plugin name", manifest.Metadata.Name, "conveyor")
+	if manifest.Spec.Version == "" || manifest.Spec.ShortDescription == "" {
+		t.Errorf("the krew manifest has no version or shortDescription, which krew requires: %+v", manifest.Spec)
+	}
 	for _, p := range manifest.Spec.Platforms {
 		if p.Selector.MatchLabels["os"] != goos || p.Selector.MatchLabels["arch"] != goarch {
 			continue
