@@ -99,6 +99,11 @@ image: ## Build the multi-arch image (linux/amd64, linux/arm64) as an OCI layout
 release: $(HELM) ## Write every release artifact into dist/: the image, the packaged chart, the kubectl-conveyor archives, their krew manifest, SHA256SUMS.
 	go run ./hack/release all --out $(DIST) --helm $(HELM)
 
+.PHONY: push
+push: $(HELM) ## Push dist/'s image to REGISTRY/conveyor:<version> and its chart to oci://REGISTRY/charts/conveyor (make release first).
+	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 2; }
+	go run ./hack/release push --registry $(REGISTRY) --out $(DIST) --helm $(HELM)
+
 ##@ Test
 
 .PHONY: test
