@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -56,7 +57,8 @@ func writeImage(ctx context.Context, root, out string, meta metadata, platforms 
 		bins := map[string]string{}
 		for _, name := range imageBinaries {
 			bins[name] = filepath.Join(tmp, p.OS+"-"+p.Arch, name)
-			if err := goBuild(ctx, root, "./cmd/"+name[len("conveyor-"):], bins[name], p); err != nil {
+			// cmd/<name> is conveyor-<name>, as `make build` names them.
+			if err := goBuild(ctx, root, "./cmd/"+strings.TrimPrefix(name, "conveyor-"), bins[name], p); err != nil {
 				return v1.Hash{}, err
 			}
 		}
