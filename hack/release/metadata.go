@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,13 @@ func readMetadata(ctx context.Context, root, version string) (metadata, error) {
 	revision, err := git(ctx, root, "rev-parse", "HEAD")
 	if err != nil {
 		return metadata{}, err
+	}
+	status, err := git(ctx, root, "status", "--porcelain", "--untracked-files=no")
+	if err != nil {
+		return metadata{}, err
+	}
+	if status != "" {
+		slog.Warn("The tree has uncommitted changes: the artifacts are built from them but name the commit", "revision", revision)
 	}
 	epoch := os.Getenv("SOURCE_DATE_EPOCH")
 	if epoch == "" {
