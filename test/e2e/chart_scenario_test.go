@@ -57,19 +57,13 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, ns, sa string) 
 	return path
 }
 
-// startProcess runs a binary of ./bin until the test ends, its output in a log file that is
-// printed if the test fails.
-func startProcess(t *testing.T, name string, args ...string) {
+// startProcess runs the binary bin until the test ends, with the environment environ (nil: this
+// process's), its output in a log file that is printed if the test fails.
+func startProcess(t *testing.T, bin string, environ []string, args ...string) {
 	t.Helper()
-	startProcessEnv(t, name, nil, args...)
-}
-
-// startProcessEnv is startProcess with the environment environ (nil: this process's).
-func startProcessEnv(t *testing.T, name string, environ []string, args ...string) {
-	t.Helper()
-	bin := filepath.Join(env.BinDir(), name)
+	name := filepath.Base(bin)
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s is missing (make build builds it): %v", bin, err)
+		t.Fatalf("%s is missing (make build builds ./bin): %v", bin, err)
 	}
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -104,18 +98,39 @@ func replaceArgs(args []string, drop []string, add ...string) []string {
 	return append(out, add...)
 }
 
-// TestChartScenario installs the chart and runs the operator and conveyor-scheduler as local
+// TestChartScenario installs the chart of the source tree and runs the scenario with the
+// operator and conveyor-scheduler of ./bin (see runChartScenario).
+func TestChartScenario(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	runChartScenario(ctx, t, newHelm(t), chartScenario{chart: []string{chartDir()}, binDir: env.BinDir()})
+}
+
+// chartScenario is what runChartScenario installs and runs.
+type chartScenario struct {
+	// chart is the chart argument of helm install and upgrade, and its flags: the source tree's
+	// chart, or a chart in a registry with --version.
+	chart []string
+	// set are values for helm install beyond the scenario's own.
+	set []string
+	// binDir holds the conveyor-operator and conveyor-scheduler to run.
+	binDir string
+	// installed, if set, runs once helm install has returned, with the release's namespace.
+	installed func(ctx context.Context, t *testing.T, system string)
+	// running, if set, runs while the scenario's pipelines are placed, with their namespace.
+	running func(ctx context.Context, t *testing.T, work string)
+}
+
+// runChartScenario installs the chart and runs the operator and conveyor-scheduler as local
 // processes authenticated with tokens of the chart's ServiceAccounts, with the chart's own
 // arguments and scheduler configuration: the chart's RBAC is what is exercised. The custom metrics
 // APIService reaches the local operator through an ExternalName Service to localhost. Then the
 // original scenario with autoscaling, helm upgrade, and helm uninstall, which leaves only the
 // retained PVCs of what Conveyor created.
-func TestChartScenario(t *testing.T) {
-	customMetricsOnce.Lock()
+func runChartScenario(ctx context.Context, t *testing.T, h *helmCLI, sc chartScenario) {
+	t.Helper()
+	customMetricsOnce.Lock() // one custom metrics APIService per cluster
 	defer customMetricsOnce.Unlock()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	h := newHelm(t)
 	system := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	work := testenv.NewNamespace(t, env.Client(), "", testenv.DeleteAfterTest())
 	const release = "conveyor"
@@ -136,10 +151,14 @@ func TestChartScenario(t *testing.T) {
 		}
 	})
 	installed = true
-	if out, err := h.run(ctx, "install", release, chartDir(), "--namespace", system, "--skip-crds", "--wait", "--timeout", "3m",
-		"--set", "customMetrics.service.externalName=localhost", "--set", fmt.Sprintf("customMetrics.service.port=%d", port),
-		"--set", "operator.replicas=1", "--set", "scheduler.replicas=1"); err != nil {
+	install := slices.Concat([]string{"install", release}, sc.chart, []string{"--namespace", system, "--skip-crds", "--wait", "--timeout", "3m"},
+		setFlags(append([]string{"customMetrics.service.externalName=localhost", fmt.Sprintf("customMetrics.service.port=%d", port),
+			"operator.replicas=1", "scheduler.replicas=1"}, sc.set...)))
+	if out, err := h.run(ctx, install...); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	if sc.installed != nil {
+		sc.installed(ctx, t, system)
 	}
 
 	// The operator: the chart's arguments, its ServiceAccount, its serving certificate.
@@ -172,7 +191,7 @@ func TestChartScenario(t *testing.T) {
 		"--kubeconfig="+serviceAccountKubeconfig(ctx, t, system, dep.Spec.Template.Spec.ServiceAccountName),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), "--health-probe-bind-address=0",
 		fmt.Sprintf("--custom-metrics-port=%d", port), "--custom-metrics-bind-address=127.0.0.1", "--custom-metrics-cert-dir="+certDir)
-	startProcessEnv(t, "conveyor-operator", append(os.Environ(), "TMPDIR="+tmpDir), args...)
+	startProcess(t, filepath.Join(sc.binDir, "conveyor-operator"), append(os.Environ(), "TMPDIR="+tmpDir), args...)
 
 	// The scheduler: the chart's KubeSchedulerConfiguration, its ServiceAccount.
 	cm := &corev1.ConfigMap{}
@@ -195,7 +214,7 @@ func TestChartScenario(t *testing.T) {
 	}
 	// Its secure port on a local port with the chart's certificate, authenticating and authorizing
 	// its callers through the API server as its ServiceAccount, as in the cluster.
-	startProcess(t, "conveyor-scheduler", "--config="+configPath, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", schedulerPort),
+	startProcess(t, filepath.Join(sc.binDir, "conveyor-scheduler"), nil, "--config="+configPath, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", schedulerPort),
 		"--tls-cert-file="+filepath.Join(certDir, "tls.crt"), "--tls-private-key-file="+filepath.Join(certDir, "tls.key"),
 		"--authentication-kubeconfig="+schedulerKubeconfig, "--authorization-kubeconfig="+schedulerKubeconfig)
 
@@ -233,9 +252,14 @@ func TestChartScenario(t *testing.T) {
 		return nil
 	})
 
+	if sc.running != nil {
+		sc.running(ctx, t, work)
+	}
+
 	loadDrops(ctx, t, work)
 
-	if out, err := h.run(ctx, "upgrade", release, chartDir(), "--namespace", system, "--reuse-values", "--set", "operator.logLevel=2", "--wait", "--timeout", "3m"); err != nil {
+	upgrade := slices.Concat([]string{"upgrade", release}, sc.chart, []string{"--namespace", system, "--reuse-values", "--set", "operator.logLevel=2", "--wait", "--timeout", "3m"})
+	if out, err := h.run(ctx, upgrade...); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
 

@@ -408,10 +408,16 @@ func setFlags(set []string) []string {
 	return flags
 }
 
-// renderChart runs helm template, CRDs included, and parses every object.
+// renderChart runs helm template on the source tree's chart, CRDs included, and parses every object.
 func renderChart(ctx context.Context, t *testing.T, h *helmCLI, release, ns string, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := h.run(ctx, append([]string{"template", release, chartDir(), "--namespace", ns, "--include-crds"}, setFlags(set)...)...)
+	return renderChartFrom(ctx, t, h, []string{chartDir()}, release, ns, set...)
+}
+
+// renderChartFrom is renderChart of chart, helm's chart argument and its flags.
+func renderChartFrom(ctx context.Context, t *testing.T, h *helmCLI, chart []string, release, ns string, set ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := h.run(ctx, slices.Concat([]string{"template", release}, chart, []string{"--namespace", ns, "--include-crds"}, setFlags(set))...)
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

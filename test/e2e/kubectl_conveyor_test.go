@@ -383,16 +383,26 @@ func checkThroughKubectl(ctx context.Context, t *testing.T, ns, want string) {
 		t.Logf("Skipping kubectl conveyor through kubectl: %s is missing (`make build`)", plugin)
 		return
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(env.BinDir(), "kubectl"), "conveyor", "get", "--kubeconfig", env.Kubeconfig(), "-n", ns)
-	cmd.Env = append(os.Environ(), "PATH="+env.BinDir()+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := kubectlConveyor(ctx, env.BinDir(), ns, "get")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("kubectl conveyor get through kubectl differs from the command in this process (-want +got):\n%s", diff)
+	}
+}
+
+// kubectlConveyor runs `kubectl conveyor ARGS -n ns` with ./bin's kubectl and pluginDir first on
+// the PATH, as a user whose plugin is installed there does, and returns its standard output.
+func kubectlConveyor(ctx context.Context, pluginDir, ns string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(env.BinDir(), "kubectl"), append(append([]string{"conveyor"}, args...), "--kubeconfig", env.Kubeconfig(), "-n", ns)...)
+	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl conveyor get: %v: %s", err, stderr.String())
+		return "", fmt.Errorf("kubectl conveyor %s with the plugin of %s: %w: %s", strings.Join(args, " "), pluginDir, err, stderr.String())
 	}
-	if diff := cmp.Diff(want, string(out)); diff != "" {
-		t.Errorf("kubectl conveyor get through kubectl differs from the command in this process (-want +got):\n%s", diff)
-	}
+	return string(out), nil
 }
