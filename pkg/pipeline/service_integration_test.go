@@ -49,17 +49,6 @@ func waitBindingReason(t *testing.T, ns, name, reason, want string) *schedulingv
 	return b
 }
 
-// recordBindingReasons records every reason of the Ready conditions of the namespace's bindings.
-func recordBindingReasons(t *testing.T, ns string) *sequenceRecorder {
-	t.Helper()
-	return recordSequences(t, ns, &schedulingv1alpha1.PipelineBindingList{}, func(b *schedulingv1alpha1.PipelineBinding) string {
-		if c := meta.FindStatusCondition(b.Status.Conditions, schedulingv1alpha1.BindingReadyCondition); c != nil {
-			return c.Reason
-		}
-		return ""
-	})
-}
-
 // TestIntegrationHeadlessServices: by default every binding gets a headless Service that selects
 // exactly its Pod, owned by the binding.
 func TestIntegrationHeadlessServices(t *testing.T) {

@@ -105,13 +105,6 @@ func autoscalerConflict(wc *schedulingv1alpha1.WorkerClass) (bool, string, strin
 		fmt.Sprintf("HorizontalPodAutoscaler %s exists and is not owned by this WorkerClass; delete it or rename the class", wc.Name), nil
 }
 
-func (r *Reconciler) apiReader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
-
 // syncAutoscaler creates, updates or deletes the class's HPA and returns the AutoscalerReady
 // reason and message.
 func (r *Reconciler) syncAutoscaler(ctx context.Context, wc *schedulingv1alpha1.WorkerClass) (ok bool, reason, message string, err error) {
