@@ -25,7 +25,7 @@ const (
 // LeaseFence keeps a replica that may have lost its Lease from writing. Leader election alone
 // does not: a leader that was paused (SIGSTOP, a long GC or VM pause, a frozen node) past its
 // lease resumes with its workers running, and they write until its elector notices, up to
-// RenewDeadline later; meanwhile another replica leads (issue 12's failover suite saw it: a
+// RenewDeadline later; meanwhile another replica leads (the failover suite saw it: a
 // resumed leader patched a Pod after the new leader took over).
 //
 // The fence watches the process's own requests: every successful write of the Lease that names
@@ -171,7 +171,7 @@ func (f *LeaseFence) roundTrip(rt http.RoundTripper, req *http.Request) (*http.R
 		} else if ok, why := f.Held(); release && !ok {
 			// client-go's elector releases on its way out when its own last record says it
 			// holds the Lease, after reading the current one: a leader paused past its lease
-			// would clear the new holder's Lease (issue 12's failover suite saw it).
+			// would clear the new holder's Lease (the failover suite saw it).
 			return nil, fmt.Errorf("write fence: release of the Lease %s refused: %s", f.LeaseName, why)
 		}
 		sent := f.stamp()

@@ -79,7 +79,7 @@ func TestLeaseFence(t *testing.T) {
 		{"a release in protobuf closes the fence", []req{renew(0),
 			{at: time.Second, method: http.MethodPut, path: leasePath, code: 200, body: leaseProto(t, "conveyor-operator.conveyor.dev", ""), reqBody: leaseProto(t, "conveyor-operator.conveyor.dev", ""), sent: true},
 			write(2*time.Second, false)}},
-		// What issue 12's failover suite caught under load: the stopped leader's renewal timed
+		// What the failover suite caught under load: the stopped leader's renewal timed
 		// out, so its elector still took itself for the holder and released, in protobuf, a
 		// Lease the new leader held.
 		{"a leader that lost its Lease may not release it in protobuf", []req{renew(0),

@@ -13,7 +13,7 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
-// TestAllInvalid: only a failure made of nothing but 422s stops the retries (issue 12, bad input:
+// TestAllInvalid: only a failure made of nothing but 422s stops the retries (bad input:
 // a template whose Pod the API server rejects was created again with backoff forever).
 func TestAllInvalid(t *testing.T) {
 	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "blue-0", field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("name"), "Worker_1", "bad")})
