@@ -67,7 +67,7 @@ type Reconciler struct {
 
 	expectations *expectations
 	control      *podControl
-	pace         *pace
+	pace         conveyorstatus.Pace
 }
 
 // RBAC: only the verbs the code uses (status is written by patch only). The finalizers subresource
@@ -107,7 +107,6 @@ func (r *Reconciler) init() {
 		r.Now = time.Now
 	}
 	r.expectations = newExpectations(r.Now)
-	r.pace = newPace()
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
@@ -220,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, set); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.expectations.Forget(req.NamespacedName)
-			r.pace.forget(req.NamespacedName)
+			r.pace.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -254,7 +253,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.adoptOrphans(ctx, s); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			log.V(4).Info("An orphan Pod changed while being adopted", "err", err)
-			return ctrl.Result{RequeueAfter: r.pace.conflict(s.key)}, nil
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(s.key)}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -282,11 +281,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if statusErr := r.writeStatus(ctx, s, status); statusErr != nil {
 		if apierrors.IsConflict(statusErr) {
 			// The cache holds an older copy of the set: retry almost at once, then backing off.
-			return conveyorstatus.Result(ctrl.Result{RequeueAfter: r.pace.conflict(s.key)}, writeErr)
+			return conveyorstatus.Result(ctrl.Result{RequeueAfter: r.pace.Conflict(s.key)}, writeErr)
 		}
 		return ctrl.Result{}, errors.Join(writeErr, statusErr)
 	}
-	r.pace.noConflict(s.key)
+	r.pace.NoConflict(s.key)
 	if writeErr != nil && allInvalid(writeErr) {
 		// Retrying the same rejected write with backoff cannot succeed: the condition says why,
 		// and the set waits for its spec to change.
@@ -491,14 +490,14 @@ func (r *Reconciler) statusWait(s *scope, want *appsv1alpha1.WorkerSetStatus) ti
 	if apiequality.Semantic.DeepEqual(s.set.Status, *want) || statusUrgent(&s.set.Status, want) {
 		return 0
 	}
-	return r.pace.statusWait(s.key, r.Now())
+	return r.pace.Wait(s.key, statusInterval, r.Now())
 }
 
 // writeStatus writes the status once, if it changed, and records when.
 func (r *Reconciler) writeStatus(ctx context.Context, s *scope, status appsv1alpha1.WorkerSetStatus) error {
 	wrote, err := conveyorstatus.Patch(ctx, r.Client, s.set, &s.set.Status, status)
 	if wrote {
-		r.pace.wroteStatus(s.key, r.Now())
+		r.pace.Wrote(s.key, r.Now())
 	}
 	return err
 }

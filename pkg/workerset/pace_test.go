@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 )
 
 // markPodsReady makes the named Pods Running and Ready in the fake API server.
@@ -90,7 +91,7 @@ func TestStatusConflictRetriesWithBackoff(t *testing.T) {
 	for range 4 {
 		delays = append(delays, reconcileSet(t, r, set).RequeueAfter)
 	}
-	want := []time.Duration{conflictBackoffBase, 2 * conflictBackoffBase, 4 * conflictBackoffBase}
+	want := []time.Duration{conveyorstatus.ConflictBackoffBase, 2 * conveyorstatus.ConflictBackoffBase, 4 * conveyorstatus.ConflictBackoffBase}
 	for i, d := range want {
 		if delays[i] != d {
 			t.Errorf("retry %d after %s, want %s (all: %v)", i+1, delays[i], d, delays)
@@ -101,8 +102,8 @@ func TestStatusConflictRetriesWithBackoff(t *testing.T) {
 	}
 	conflicts = 1
 	markPodsReady(t, c, "w-0")
-	if got := reconcileSet(t, r, set).RequeueAfter; got != conflictBackoffBase || conflicts != 0 {
-		t.Errorf("a conflict after a successful write retries after %s, want %s again", got, conflictBackoffBase)
+	if got := reconcileSet(t, r, set).RequeueAfter; got != conveyorstatus.ConflictBackoffBase || conflicts != 0 {
+		t.Errorf("a conflict after a successful write retries after %s, want %s again", got, conveyorstatus.ConflictBackoffBase)
 	}
 }
 
