@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -12,10 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -42,7 +45,7 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 	h.c = interceptor.NewClient(fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}).Build(), funcs)
 	h.alloc.SetHooks(func(_, name string) { h.woken = append(h.woken, name) }, nil)
-	h.r = &Reconciler{Client: h.c, APIReader: h.c, Recorder: events.NewFakeRecorder(100), Allocator: h.alloc}
+	h.r = &Reconciler{Client: h.c, APIReader: h.c, Recorder: events.NewFakeRecorder(1 << 16), Allocator: h.alloc}
 	for _, o := range objs {
 		h.feed(o)
 	}
@@ -156,6 +159,51 @@ func TestReconcileBacksOffRefusedBindingWrites(t *testing.T) {
 	}
 	if w := h.alloc.Workers(tableNS, "blue"); len(w) != 1 || w[0].Allocated != 0 {
 		t.Errorf("workers %+v: a refused write must hold nothing", w)
+	}
+}
+
+// A binding create refused for good (a quota that stays exceeded) settles to a few writes an hour
+// under controller-runtime's per-item exponential backoff, in simulated time: the reconcile
+// returns the refusal as an error, never a fixed short requeue that would reset the backoff.
+func TestRefusedBindingWritesSettle(t *testing.T) {
+	creates := 0
+	h := newHarness(t, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*schedulingv1alpha1.PipelineBinding); ok {
+			creates++
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), errString("exceeded quota"))
+		}
+		return c.Create(ctx, obj, opts...)
+	}}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0),
+		pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue")))
+
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 1000*time.Second)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tableNS, Name: "a"}}
+	var elapsed time.Duration
+	var first, second int
+	for i := 0; elapsed < time.Hour; i++ {
+		if i > 1000 {
+			t.Fatalf("more than %d reconciles in %v: refused writes loop", i, elapsed)
+		}
+		before := creates
+		res, err := h.reconcile("a")
+		if elapsed < 30*time.Minute {
+			first += creates - before
+		} else {
+			second += creates - before
+		}
+		switch {
+		case err != nil:
+			elapsed += limiter.When(req)
+		case res.RequeueAfter > 0:
+			limiter.Forget(req)
+			elapsed += res.RequeueAfter
+		default:
+			t.Fatalf("reconcile %d settled with every create refused", i)
+		}
+	}
+	t.Logf("binding creates: %d in the first half hour, %d in the second", first, second)
+	if first > 40 || second > 4 {
+		t.Errorf("%d creates in the first half hour, %d in the second: the refused writes do not settle", first, second)
 	}
 }
 
