@@ -59,12 +59,8 @@ type Reconciler struct {
 	Allocator ClassBindings
 
 	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
-	// oldSlices holds, per binding whose Service was re-created, the names of the EndpointSlices
-	// of the Service it replaced that the cache still had: they carry the binding's Service name
-	// until the garbage collector deletes them, and their endpoints say nothing of the new Service.
-	oldSlices sync.Map // binding key → map[string]bool
-	pace      conveyorstatus.Pace
-	slices    sliceNames
+	pace            conveyorstatus.Pace
+	slices          sliceNames
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
@@ -112,7 +108,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.serviceProblems.Delete(req.NamespacedName)
-			r.oldSlices.Delete(req.NamespacedName)
 			r.pace.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -134,11 +129,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	var slices []discoveryv1.EndpointSlice
-	stale := r.staleSlices(b)
 	for _, name := range r.slices.of(b.Namespace, b.Name) {
-		if stale[name] {
-			continue
-		}
 		slice := discoveryv1.EndpointSlice{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &slice); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -146,10 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			return ctrl.Result{}, fmt.Errorf("get endpoint slice %s: %w", name, err)
 		}
-		// A slice older than the Service is of an earlier Service of this name, deleted and not
-		// yet collected: its endpoints say nothing of this Service. (oldSlices catches those of the
-		// same second; this catches the older ones after a restart, when oldSlices is empty.)
-		if slice.Labels[discoveryv1.LabelServiceName] == b.Name && !slice.CreationTimestamp.Before(&metav1.Time{Time: svc.created}) {
+		// A slice of another Service of this name (deleted by a serviceType switch and not yet
+		// collected) says nothing of this one: only the slices this Service owns count.
+		if slice.Labels[discoveryv1.LabelServiceName] == b.Name && ownedByService(&slice, svc.uid) {
 			slices = append(slices, slice)
 		}
 	}
@@ -311,36 +301,18 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 	return st, recheck
 }
 
-// staleSlices are the names of the binding's EndpointSlices that belong to a Service it replaced;
-// it forgets them once the cache has none of them.
-func (r *Reconciler) staleSlices(b *schedulingv1alpha1.PipelineBinding) map[string]bool {
-	key := client.ObjectKeyFromObject(b)
-	v, ok := r.oldSlices.Load(key)
-	if !ok {
-		return nil
+// ownedByService says the slice belongs to the Service of that UID (the EndpointSlice controller
+// makes a Service the owner of its slices); no slice belongs to a Service whose UID is not known.
+func ownedByService(slice *discoveryv1.EndpointSlice, uid types.UID) bool {
+	if uid == "" {
+		return false
 	}
-	old := v.(map[string]bool)
-	for _, name := range r.slices.of(b.Namespace, b.Name) {
-		if old[name] {
-			return old
+	for _, ref := range slice.OwnerReferences {
+		if ref.Kind == "Service" && ref.UID == uid {
+			return true
 		}
 	}
-	r.oldSlices.Delete(key)
-	return nil
-}
-
-// forgetSlices marks the binding's EndpointSlices the cache has now as those of a Service that is
-// gone: the binding's Service was just created again.
-func (r *Reconciler) forgetSlices(b *schedulingv1alpha1.PipelineBinding) {
-	names := r.slices.of(b.Namespace, b.Name)
-	if len(names) == 0 {
-		return
-	}
-	old := make(map[string]bool, len(names))
-	for _, name := range names {
-		old[name] = true
-	}
-	r.oldSlices.Store(client.ObjectKeyFromObject(b), old)
+	return false
 }
 
 // recreatedSinceReady says the binding's Service was created after the binding last became Ready

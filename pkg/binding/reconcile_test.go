@@ -133,12 +133,13 @@ func (w *world) service(t *testing.T, name string) *corev1.Service {
 	return svc
 }
 
-// addSlice creates an EndpointSlice of the Service that lists the Pod as ready, and tells the
-// controller's slice map of it as the informer would.
-func (w *world) addSlice(t *testing.T, name, service, pod string, created time.Time) {
+// addSlice creates an EndpointSlice owned by the Service of that UID that lists the Pod as ready,
+// and tells the controller's slice map of it as the informer would.
+func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UID) {
 	t.Helper()
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: service}, CreationTimestamp: metav1.NewTime(created)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: service},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: service, UID: owner, Controller: new(true)}}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(pod + "-uid")}}},
 	}
@@ -332,9 +333,10 @@ func TestReconcileServiceTypeSwitch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := readyBinding()
 			old := ownService(b, schedulingv1alpha1.ServiceClusterIP, true)
+			old.UID = "uid-old-service"
 			w := newWorld(t, tt.refused, b, fixtures.MakeWorkerClass("ns", "green").Capacity(15).ServiceType(schedulingv1alpha1.ServiceHeadless).Obj(), workerPod("green-1"), old)
 			// The old Service's EndpointSlice still lists the Pod: it must not count for the new one.
-			w.addSlice(t, "p-second-old", "p-second", "green-1", t0.Add(-time.Hour))
+			w.addSlice(t, "p-second-old", "p-second", "green-1", old.UID)
 			_, err := w.reconcile(t, b)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
@@ -435,5 +437,29 @@ func TestStatusConflictsBackOff(t *testing.T) {
 	t.Logf("writes: %d in the first 10 s, %d in the next", first, second)
 	if first > 25 || second > 12 {
 		t.Errorf("%d status writes in the first 10 s, %d in the next 10 s: the conflicts do not back off", first, second)
+	}
+}
+
+// TestSliceOfTheNewServiceCounts: the EndpointSlice of a Service the binding just created can
+// reach the controller's slice map before the create returns (the watch and the create's response
+// are two streams). It belongs to the new Service, by its owner's UID, and makes the binding
+// Ready; only the slices of another Service of the name are ignored.
+func TestSliceOfTheNewServiceCounts(t *testing.T) {
+	b := fixtures.MakePipelineBinding("ns", "p", "second").Class("green").Pod("green-1").Obj()
+	b.UID, b.Generation = "b-uid", 1
+	b.CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+	var w *world
+	w = newWorld(t, func(verb string, obj client.Object) error {
+		if svc, ok := obj.(*corev1.Service); ok && verb == "create" {
+			svc.UID = "uid-new-service"
+			w.addSlice(t, "p-second-abcde", svc.Name, "green-1", svc.UID) // the slice's event came first
+		}
+		return nil
+	}, b, fixtures.MakeWorkerClass("ns", "green").Capacity(15).Obj(), workerPod("green-1"))
+	if _, err := w.reconcile(t, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.binding(t, b); got.Status.Phase != schedulingv1alpha1.BindingReady {
+		t.Fatalf("phase %s, Ready condition %+v: the new Service's own slice lists green-1", got.Status.Phase, readyReason(t, got))
 	}
 }

@@ -35,6 +35,8 @@ type serviceState struct {
 	// ServiceInTheWay); both empty when it is. A binding whose Service is not as wanted is not
 	// Ready: the routes tell workers the class's mode and ports, not the Service's.
 	reason, message string
+	// uid is the binding's Service's UID: only the EndpointSlices it owns count.
+	uid types.UID
 	// created is when the binding's Service was created; its EndpointSlices made earlier belong to
 	// a Service of the same name that is gone.
 	created time.Time
@@ -233,8 +235,7 @@ func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.Pip
 		}
 		err := r.Create(ctx, want)
 		if err == nil {
-			r.forgetSlices(b)
-			st := serviceState{created: want.CreationTimestamp.Time}
+			st := serviceState{uid: want.UID, created: want.CreationTimestamp.Time}
 			if b.Status.Phase == schedulingv1alpha1.BindingReady {
 				st.recreated = fmt.Sprintf("Service %s was deleted and created again", b.Name)
 			}
@@ -262,12 +263,12 @@ func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.Pip
 		return r.recreateService(ctx, b, cur, want, mode)
 	}
 	if !ServiceDrift(cur, want) {
-		return serviceState{created: cur.CreationTimestamp.Time}, nil
+		return serviceState{uid: cur.UID, created: cur.CreationTimestamp.Time}, nil
 	}
 	if err := r.patchService(ctx, cur, want); err != nil {
 		return failed("updated", err)
 	}
-	return serviceState{created: cur.CreationTimestamp.Time}, nil
+	return serviceState{uid: cur.UID, created: cur.CreationTimestamp.Time}, nil
 }
 
 // repairLabels gives the binding's own Service, which lost the labels the operator's cache selects
@@ -284,7 +285,7 @@ func (r *Reconciler) repairLabels(ctx context.Context, b *schedulingv1alpha1.Pip
 	slices.Sort(lost)
 	if len(lost) == 0 {
 		// The cache is behind our own create: its event brings the binding back.
-		return serviceState{created: live.CreationTimestamp.Time}, nil
+		return serviceState{uid: live.UID, created: live.CreationTimestamp.Time}, nil
 	}
 	patch := client.MergeFrom(live.DeepCopy())
 	if live.Labels == nil {
@@ -299,7 +300,7 @@ func (r *Reconciler) repairLabels(ctx context.Context, b *schedulingv1alpha1.Pip
 	ctrl.LoggerFrom(ctx).Info("Restored the labels of the binding's Service", "service", b.Name, "labels", lost)
 	r.Recorder.Eventf(b, live, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRelabeled, "RelabelService",
 		"Service %s had lost the labels %s the operator finds its Services by; they were restored", b.Name, strings.Join(lost, ", "))
-	return serviceState{created: live.CreationTimestamp.Time,
+	return serviceState{uid: live.UID, created: live.CreationTimestamp.Time,
 		relabeled: fmt.Sprintf("Service %s had lost the labels %s and was relabelled", b.Name, strings.Join(lost, ", "))}, nil
 }
 
@@ -327,10 +328,9 @@ func (r *Reconciler) recreateService(ctx context.Context, b *schedulingv1alpha1.
 				message: fmt.Sprintf("Service %s was deleted to be re-created as %s (was %s) and cannot be created: %s", b.Name, mode, was, apiMessage(err))},
 			fmt.Errorf("re-create service %s: %w", b.Name, err)
 	}
-	r.forgetSlices(b)
 	ctrl.LoggerFrom(ctx).Info("Re-created Service for a new serviceType", "service", b.Name, "was", was, "now", mode)
 	r.Recorder.Eventf(b, want, corev1.EventTypeNormal, schedulingv1alpha1.ReasonServiceRecreated, "RecreateService", "Service %s re-created as %s (was %s)", b.Name, mode, was)
-	return serviceState{created: want.CreationTimestamp.Time, recreated: fmt.Sprintf("Service %s was re-created as %s (was %s)", b.Name, mode, was)}, nil
+	return serviceState{uid: want.UID, created: want.CreationTimestamp.Time, recreated: fmt.Sprintf("Service %s was re-created as %s (was %s)", b.Name, mode, was)}, nil
 }
 
 // patchService sets on cur what the operator owns of want: its labels, type, selector and ports.

@@ -13,6 +13,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -93,7 +94,15 @@ func TrimEndpointSlice(obj any) (any, error) {
 	}
 	slice.ManagedFields = nil
 	slice.Annotations = nil
-	slice.OwnerReferences = nil
+	// The owning Service's UID tells a slice of the binding's current Service from one left by a
+	// Service of the same name that was deleted (a serviceType switch) and not yet collected.
+	var owners []metav1.OwnerReference
+	for _, ref := range slice.OwnerReferences {
+		if ref.Kind == "Service" {
+			owners = append(owners, metav1.OwnerReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Controller: ref.Controller})
+		}
+	}
+	slice.OwnerReferences = owners
 	slice.GenerateName = ""
 	if svc, ok := slice.Labels[discoveryv1.LabelServiceName]; ok {
 		slice.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
