@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,15 +63,6 @@ func (noopPlugin) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.St
 	return nil, nil
 }
 
-// processCPU is the CPU time the process has used, all threads and the garbage collector included.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // cycleFramework is the default profile's framework over a snapshot of the benchmark's cluster,
 // with WorkerClassCapacity added at every extension point (weight 5, as cmd/scheduler/config.yaml)
 // when args is not nil, or else noopPlugin when noop is set.
@@ -103,7 +92,11 @@ func cycleFramework(b *testing.B, args *config.WorkerClassCapacityArgs, noop boo
 	if args != nil {
 		client := fakeClient(testClasses()...)
 		factory := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-			return NewWithClient(ctx, args, h, client)
+			pl, err := NewWithClient(ctx, args, h, client)
+			if err != nil {
+				return nil, err
+			}
+			return pl.extensionPoints(), nil
 		}
 		if err := registry.Register(Name, factory); err != nil {
 			b.Fatal(err)
@@ -159,8 +152,7 @@ func cycleWorker(name, class string) *st.PodWrapper {
 // default profile, with the default profile and noopPlugin (what adding any plugin costs), and with
 // the conveyor-scheduler profile (the default plugins and this one), with and without
 // enforceNodeCapacity. What it leaves out (the snapshot update, the queue,
-// assume and bind) is the same for every profile. Besides wall-clock ns/op it reports cpu-ns/op,
-// the process's CPU time per cycle, which a machine shared with other work disturbs much less. Every node is unchanged since the last Pod: the
+// assume and bind) is the same for every profile. Every node is unchanged since the last Pod: the
 // plugin's node views are cached, as for all but the few nodes that changed in a real cycle.
 func BenchmarkCycle(b *testing.B) {
 	for _, tc := range []struct {
@@ -182,7 +174,7 @@ func BenchmarkCycle(b *testing.B) {
 			ctx := b.Context()
 			feasible := make([]fwk.NodeInfo, 0, cycleScored)
 			b.ReportAllocs()
-			cpu := processCPU(b)
+			defer reportCPU(b)()
 			for b.Loop() {
 				state := framework.NewCycleState()
 				if _, status, _ := fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
@@ -204,7 +196,6 @@ func BenchmarkCycle(b *testing.B) {
 					b.Fatal(status)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -34,7 +34,7 @@ func (s *preFilterState) Clone() fwk.StateData { return s }
 // Filter; without it, or for a Pod without the class label, the Filter is skipped.
 func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pl.filtering.Store(true)
-	pl.views.expire(time.Now())
+	pl.views.newCycle(time.Now())
 	s, status := pl.newPreFilterState(pod)
 	if !status.IsSuccess() {
 		return nil, status
