@@ -28,8 +28,9 @@ type WorkerClassCapacity struct {
 	handle  fwk.Handle
 	classes *classInformer
 	views   nodeViews
-	// lastPreScore spares Score a read of the cycle state per node.
-	lastPreScore atomic.Pointer[lastPreScore]
+	// lastPreFilter and lastPreScore spare Filter and Score a read of the cycle state per node.
+	lastPreFilter lastWrite[*preFilterState]
+	lastPreScore  lastWrite[*preScoreState]
 	// stopClasses stops the class informer, which otherwise runs as long as the scheduler.
 	stopClasses context.CancelFunc
 	// filtering is set by the first PreFilter: from then on Pods may have been rejected, and the

@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config"
 )
@@ -24,18 +23,11 @@ type preScoreState struct {
 
 func (s *preScoreState) Clone() fwk.StateData { return s }
 
-// lastPreScore is the state the last PreScore wrote, and where. Score finds it there without a
-// read of the cycle state, a lookup by key it would otherwise make once per node.
-type lastPreScore struct {
-	cycleState *framework.CycleState
-	state      *preScoreState
-}
-
 // PreScore computes the Pod's cost once for every node. Pods without the class label, or whose
 // class does not exist, are skipped: the plugin knows nothing about what they cost.
 func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	pl.views.newCycle(time.Now())
-	pl.lastPreScore.Store(nil)
+	pl.lastPreScore.clear()
 	s, status := pl.newPreScoreState(pod)
 	if !status.IsSuccess() {
 		if status.IsSkip() {
@@ -44,9 +36,7 @@ func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.Cycl
 		return status
 	}
 	cycleState.Write(preScoreStateKey, s)
-	if cs, ok := cycleState.(*framework.CycleState); ok {
-		pl.lastPreScore.Store(&lastPreScore{cycleState: cs, state: s})
-	}
+	pl.lastPreScore.store(cycleState, s)
 	return nil
 }
 
@@ -67,10 +57,8 @@ func (pl *WorkerClassCapacity) newPreScoreState(pod *v1.Pod) (*preScoreState, *f
 }
 
 func (pl *WorkerClassCapacity) preScoreState(cycleState fwk.CycleState, pod *v1.Pod) (*preScoreState, *fwk.Status) {
-	if last := pl.lastPreScore.Load(); last != nil {
-		if cs, ok := cycleState.(*framework.CycleState); ok && cs == last.cycleState {
-			return last.state, nil
-		}
+	if s, ok := pl.lastPreScore.load(cycleState); ok {
+		return s, nil
 	}
 	if data, err := cycleState.Read(preScoreStateKey); err == nil {
 		if s, ok := data.(*preScoreState); ok {
