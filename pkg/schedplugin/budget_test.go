@@ -1,11 +1,14 @@
 package schedplugin
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
@@ -42,7 +45,7 @@ func TestNodeViews(t *testing.T) {
 	ni := framework.NewNodeInfo(worker("b1", "blue").Node("n1").Obj())
 	ni.SetNode(node("n1", 100))
 	var views nodeViews
-	views.expire(time.Now())
+	views.newCycle(time.Now())
 
 	want := nodeView{generation: ni.GetGeneration(), version: 1, hosted: 10, budget: 100, known: true}
 	if got := views.view(ni, table, 0); got != want {
@@ -80,12 +83,54 @@ func TestNodeViews(t *testing.T) {
 	if _, ok := views.cached("n1"); !ok {
 		t.Fatal("n1 not cached")
 	}
-	views.expire(time.Now())
+	views.newCycle(time.Now())
 	if _, ok := views.cached("n1"); !ok {
 		t.Error("a fresh view expired")
 	}
-	views.expire(time.Now().Add(nodeViewTTL + time.Second))
+	views.newCycle(time.Now().Add(nodeViewTTL + time.Second))
 	if _, ok := views.cached("n1"); ok {
 		t.Error("n1 still cached after the TTL")
 	}
+}
+
+// TestNodeViewsConcurrent: views read and stored from many goroutines at once, while cycles start
+// and nodes change, are always those of the NodeInfo and table asked for (run with -race).
+func TestNodeViewsConcurrent(t *testing.T) {
+	table := &classTable{costs: costs{{testNamespace, "blue"}: 10, {testNamespace, "red"}: 30}, version: 1}
+	const nodes = 20
+	var views nodeViews
+	views.newCycle(time.Now())
+	// Each node has two versions: one blue worker, or one blue and one red; each its generation.
+	infos := make([][2]fwk.NodeInfo, nodes)
+	for i := range infos {
+		name := fmt.Sprintf("n%d", i)
+		for j := range 2 {
+			pods := []*v1.Pod{worker(name+"-b", "blue").Node(name).Obj()}
+			if j == 1 {
+				pods = append(pods, worker(name+"-r", "red").Node(name).Obj())
+			}
+			ni := framework.NewNodeInfo(pods...)
+			ni.SetNode(node(name, 100))
+			infos[i][j] = ni
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 2000 {
+				ni := infos[(g+k)%nodes][(g*k)%2]
+				want := nodeView{generation: ni.GetGeneration(), version: 1, hosted: 10 + 30*int64((g*k)%2), budget: 100, known: true}
+				if got := views.view(ni, table, 0); got != want {
+					t.Errorf("view of %s = %+v, want %+v", ni.Node().Name, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			views.newCycle(time.Now())
+		}
+	})
+	wg.Wait()
 }

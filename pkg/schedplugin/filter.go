@@ -34,7 +34,8 @@ func (s *preFilterState) Clone() fwk.StateData { return s }
 // Filter; without it, or for a Pod without the class label, the Filter is skipped.
 func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	pl.filtering.Store(true)
-	pl.views.expire(time.Now())
+	pl.views.newCycle(time.Now())
+	pl.lastPreFilter.clear()
 	s, status := pl.newPreFilterState(pod)
 	if !status.IsSuccess() {
 		return nil, status
@@ -43,6 +44,7 @@ func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.Cycle
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	cycleState.Write(preFilterStateKey, s)
+	pl.lastPreFilter.store(cycleState, s)
 	return nil, nil
 }
 
@@ -88,6 +90,9 @@ func (pl *WorkerClassCapacity) Filter(_ context.Context, cycleState fwk.CycleSta
 }
 
 func (pl *WorkerClassCapacity) preFilterState(cycleState fwk.CycleState, pod *v1.Pod) (*preFilterState, *fwk.Status) {
+	if s, ok := pl.lastPreFilter.load(cycleState); ok {
+		return s, nil
+	}
 	if data, err := cycleState.Read(preFilterStateKey); err == nil {
 		if s, ok := data.(*preFilterState); ok {
 			return s, nil

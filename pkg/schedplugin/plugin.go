@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -27,6 +28,9 @@ type WorkerClassCapacity struct {
 	handle  fwk.Handle
 	classes *classInformer
 	views   nodeViews
+	// lastPreFilter and lastPreScore spare Filter and Score a read of the cycle state per node.
+	lastPreFilter lastWrite[*preFilterState]
+	lastPreScore  lastWrite[*preScoreState]
 	// stopClasses stops the class informer, which otherwise runs as long as the scheduler.
 	stopClasses context.CancelFunc
 	// filtering is set by the first PreFilter: from then on Pods may have been rejected, and the
@@ -65,7 +69,51 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: WorkerClass client: %w", Name, err)
 	}
-	return NewWithClient(ctx, args, h, client)
+	pl, err := NewWithClient(ctx, args, h, client)
+	if err != nil {
+		return nil, err
+	}
+	return pl.extensionPoints(), nil
+}
+
+// extensionPoints is the plugin as a profile enables it: without enforceNodeCapacity it is no
+// Filter plugin at all, since a Filter that PreFilter skips still costs the framework a lookup
+// per node.
+func (pl *WorkerClassCapacity) extensionPoints() fwk.Plugin {
+	if pl.args.EnforceNodeCapacity {
+		return pl
+	}
+	return withoutFilter{pl}
+}
+
+// withoutFilter forwards every extension point of the plugin but Filter.
+type withoutFilter struct{ pl *WorkerClassCapacity }
+
+var (
+	_ fwk.PreFilterPlugin   = withoutFilter{}
+	_ fwk.PreScorePlugin    = withoutFilter{}
+	_ fwk.ScorePlugin       = withoutFilter{}
+	_ fwk.SignPlugin        = withoutFilter{}
+	_ fwk.EnqueueExtensions = withoutFilter{}
+)
+
+func (w withoutFilter) Name() string { return Name }
+func (w withoutFilter) PreFilter(ctx context.Context, s fwk.CycleState, p *v1.Pod, n []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	return w.pl.PreFilter(ctx, s, p, n)
+}
+func (w withoutFilter) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+func (w withoutFilter) PreScore(ctx context.Context, s fwk.CycleState, p *v1.Pod, n []fwk.NodeInfo) *fwk.Status {
+	return w.pl.PreScore(ctx, s, p, n)
+}
+func (w withoutFilter) Score(ctx context.Context, s fwk.CycleState, p *v1.Pod, n fwk.NodeInfo) (int64, *fwk.Status) {
+	return w.pl.Score(ctx, s, p, n)
+}
+func (w withoutFilter) ScoreExtensions() fwk.ScoreExtensions { return w.pl.ScoreExtensions() }
+func (w withoutFilter) SignPod(ctx context.Context, p *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return w.pl.SignPod(ctx, p)
+}
+func (w withoutFilter) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return w.pl.EventsToRegister(ctx)
 }
 
 // NewWithClient is New with the arguments already decoded and a client of its caller's choice
@@ -75,7 +123,7 @@ func NewWithClient(ctx context.Context, args *config.WorkerClassCapacityArgs, h 
 		return nil, fmt.Errorf("%s: invalid arguments: %w", Name, errs.ToAggregate())
 	}
 	pl := &WorkerClassCapacity{args: *args, handle: h}
-	pl.views.expire(time.Now())
+	pl.views.newCycle(time.Now())
 	classes, err := newClassInformer(client, pl.classChanged(klog.FromContext(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: WorkerClass informer: %w", Name, err)

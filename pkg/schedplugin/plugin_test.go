@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config"
@@ -86,5 +87,29 @@ func TestNewFailsWithoutClasses(t *testing.T) {
 	const want = "WorkerClassCapacity: listing workerclasses.scheduling.conveyor.dev: "
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "RBAC says no") {
 		t.Errorf("error %v, want one starting %q that says why", err, want)
+	}
+}
+
+// TestExtensionPoints: the plugin is a Filter plugin only with enforceNodeCapacity; its other
+// extension points are there either way.
+func TestExtensionPoints(t *testing.T) {
+	for _, enforce := range []bool{false, true} {
+		pl, err := NewWithClient(t.Context(), &config.WorkerClassCapacityArgs{ScoringStrategy: config.Spread, EnforceNodeCapacity: enforce}, nil, fakeClient())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pl.extensionPoints()
+		if _, ok := p.(fwk.FilterPlugin); ok != enforce {
+			t.Errorf("enforceNodeCapacity %v: a Filter plugin: %v", enforce, ok)
+		}
+		_, preFilter := p.(fwk.PreFilterPlugin)
+		_, preScore := p.(fwk.PreScorePlugin)
+		_, score := p.(fwk.ScorePlugin)
+		_, sign := p.(fwk.SignPlugin)
+		_, enqueue := p.(fwk.EnqueueExtensions)
+		if !preFilter || !preScore || !score || !sign || !enqueue || p.Name() != Name {
+			t.Errorf("enforceNodeCapacity %v: %s PreFilter %v, PreScore %v, Score %v, Sign %v, EnqueueExtensions %v",
+				enforce, p.Name(), preFilter, preScore, score, sign, enqueue)
+		}
 	}
 }

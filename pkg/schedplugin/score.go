@@ -26,7 +26,8 @@ func (s *preScoreState) Clone() fwk.StateData { return s }
 // PreScore computes the Pod's cost once for every node. Pods without the class label, or whose
 // class does not exist, are skipped: the plugin knows nothing about what they cost.
 func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	pl.views.expire(time.Now())
+	pl.views.newCycle(time.Now())
+	pl.lastPreScore.clear()
 	s, status := pl.newPreScoreState(pod)
 	if !status.IsSuccess() {
 		if status.IsSkip() {
@@ -35,6 +36,7 @@ func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.Cycl
 		return status
 	}
 	cycleState.Write(preScoreStateKey, s)
+	pl.lastPreScore.store(cycleState, s)
 	return nil
 }
 
@@ -55,6 +57,9 @@ func (pl *WorkerClassCapacity) newPreScoreState(pod *v1.Pod) (*preScoreState, *f
 }
 
 func (pl *WorkerClassCapacity) preScoreState(cycleState fwk.CycleState, pod *v1.Pod) (*preScoreState, *fwk.Status) {
+	if s, ok := pl.lastPreScore.load(cycleState); ok {
+		return s, nil
+	}
 	if data, err := cycleState.Read(preScoreStateKey); err == nil {
 		if s, ok := data.(*preScoreState); ok {
 			return s, nil

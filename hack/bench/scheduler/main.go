@@ -8,7 +8,8 @@
 // conveyor-scheduler (cmd/scheduler, built by this program, as a subprocess) with every profile in
 // one KubeSchedulerConfiguration, and times the bindings it makes, as a watch sees them, until all
 // Pods are bound; then it stops the scheduler and deletes the Pods. Rounds alternate between the
-// profiles, so that a drift of the shared machine's load hits every profile alike.
+// profiles, in reverse order every other round (default, conveyor, conveyor, default, …), so that
+// a drift of the shared machine's load hits every profile alike.
 //
 // Profiles (all with the same client limits, 5000 QPS, and the default plugins):
 //
@@ -16,16 +17,18 @@
 //   - conveyor: plus WorkerClassCapacity, weight 5, Spread (cmd/scheduler/config.yaml);
 //   - conveyor-enforce: the same with enforceNodeCapacity, which adds its Filter on every node.
 //
-// A warm-up round of the default profile comes first and is not counted. Reported per profile: the median over its rounds of the throughput (Pods bound per second,
-// between the first and the last binding, so scheduler start-up is not counted) and of the
-// scheduler's CPU time per 1,000 Pods (less sensitive to what else the machine is doing).
+// A warm-up round of the default profile comes first and is not counted. Reported per profile: the
+// median over its rounds of the throughput (Pods bound per second, between the first and the last
+// binding, so scheduler start-up is not counted) and of the scheduler's CPU time per 1,000 Pods
+// (less sensitive to what else the machine is doing); and against the default profile, the ratio
+// of the medians and the median of the ratios round by round (each round's pair ran back to back).
 //
 // With -cpuprofile DIR the scheduler runs inside this process instead (cmd/scheduler/app.Run) and
 // a CPU profile of each round is written into DIR; the CPU column then counts the whole process.
 //
 // Usage, from the module root after `make control-plane`:
 //
-//	go run ./hack/bench/scheduler -nodes 1000 -pods 5000 -rounds 3
+//	go run ./hack/bench/scheduler -nodes 1000 -pods 5000 -rounds 4 -profiles default,conveyor
 //
 // The Markdown report goes to -out (standard output by default), progress to standard error.
 package main
@@ -38,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -130,7 +134,7 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	var results []result
 	for round := range cfg.rounds {
-		for _, profile := range cfg.profiles {
+		for _, profile := range roundOrder(cfg.profiles, round) {
 			logf("round %d/%d, %s: creating %d Pods", round+1, cfg.rounds, profile, cfg.pods)
 			res, err := w.round(ctx, schedulerBin, work, cfg.keepLogs, cfg.cpuProfiles, profile, round)
 			if err != nil {
@@ -152,4 +156,14 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	writeReport(out, cfg, results)
 	return nil
+}
+
+// roundOrder is the order of the profiles in a round: as given in even rounds, reversed in odd ones.
+func roundOrder(profiles []string, round int) []string {
+	if round%2 == 0 {
+		return profiles
+	}
+	out := slices.Clone(profiles)
+	slices.Reverse(out)
+	return out
 }
