@@ -18,6 +18,7 @@ import (
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
@@ -39,6 +40,8 @@ type HoldReconciler struct {
 	// Allocator is the placement of this process. Without one (no Pipeline controller places in
 	// this process) a mark is acknowledged on the cached bindings alone.
 	Allocator Drains
+
+	pace conveyorstatus.Pace // backs off a Pod's patches that keep losing races
 }
 
 // Drains is what the hold controller asks the Pipeline controller's allocator: has it seen a worker
@@ -47,10 +50,6 @@ type Drains interface {
 	DrainSeen(namespace, class, pod string, uid types.UID) (seen, held bool)
 	Synced() bool
 }
-
-// holdConflictRequeue is how soon a hold patch that lost a race with another writer of the Pod
-// looks again: the next read sees the newer Pod.
-const holdConflictRequeue = 100 * time.Millisecond
 
 // holdRecheck is how soon a PreparingDelete Pod is looked at again while the Allocator has not
 // seen its mark yet, or while only a write in flight holds it (a write that does not apply sends
@@ -87,9 +86,13 @@ func bindingToPods(_ context.Context, o client.Object) []reconcile.Request {
 func (r *HoldReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pace.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if pod.DeletionTimestamp != nil {
+		r.pace.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	held, err := r.carriesBindings(ctx, pod)
@@ -122,10 +125,12 @@ func (r *HoldReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if err := r.Patch(ctx, pod, patch); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: holdConflictRequeue}, nil // the Pod changed: look again at the newer copy
+			// The Pod changed: look again at the newer copy, backing off while the race goes on.
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("patch hold on pod %s: %w", pod.Name, err))
 	}
+	r.pace.NoConflict(req.NamespacedName)
 	log := ctrl.LoggerFrom(ctx)
 	if held != has {
 		log.V(2).Info("Changed the pipelines hold on a worker Pod", "pod", klog.KObj(pod), "held", held)

@@ -36,9 +36,6 @@ const (
 	// unsettledRecheck is how soon a pipeline whose binding write had an unknown outcome looks
 	// again; a write the cache shows wakes it at once.
 	unsettledRecheck = 5 * time.Second
-	// raceRequeue is how soon a reconcile that lost a race with the cache (a Conflict, an
-	// AlreadyExists, a status written by an older copy) or must write in two rounds looks again.
-	raceRequeue = 100 * time.Millisecond
 )
 
 // Reconciler is the Pipeline controller. It validates a Pipeline, places its stages on worker Pods
@@ -60,6 +57,11 @@ type Reconciler struct {
 	// statuses remembers the status this controller last wrote for each pipeline, so a
 	// decision is never taken from a cached copy older than it.
 	statuses statusExpectations
+	// pace backs off, per Pipeline, the reconciles that look again soon: a race with the cache
+	// (a Conflict, an AlreadyExists, an allocator that has not seen the Pipeline yet) or a write
+	// in two rounds. The wait doubles with each such round in a row, so a race that does not clear
+	// settles instead of retrying at a fixed short interval.
+	pace conveyorstatus.Pace
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelines,verbs=get;list;watch
@@ -140,6 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.Allocator.Forget(req.Namespace, req.Name)
 			r.statuses.forget(req.NamespacedName)
+			r.pace.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -147,6 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = ctrl.LoggerInto(ctx, log)
 	if pl.DeletionTimestamp != nil {
 		r.statuses.forget(req.NamespacedName)
+		r.pace.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil // bindings, Services and routes go with it
 	}
 	if r.statuses.behind(pl) && r.APIReader != nil {
@@ -183,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// Nothing was decided, so nothing is written, not even a status: the allocator's
 			// handler runs after the cache's store shows a new Pipeline, and this reconcile came
 			// first.
-			return ctrl.Result{RequeueAfter: raceRequeue}, nil
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
 		}
 		placement = &got
 	}
@@ -196,18 +200,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status := computeStatus(s, in, p, o)
 	if err := r.writeStatus(ctx, pl, status); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: raceRequeue}, nil // a newer copy is in the cache: look again
+			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil // a newer copy is in the cache: look again
 		}
 		return ctrl.Result{}, err
 	}
-	return requeue(status, p, o)
+	return r.requeue(req.NamespacedName, status, p, o)
 }
 
 // requeue says when to look again. A write the API server refused is an error, so the
 // controller's rate limiter backs off (a quota or a webhook denial does not clear in 100 ms); a
 // race with the cache looks again soon; a pipeline waiting for room is woken by the allocator, with
 // a recheck as a safety net.
-func requeue(status schedulingv1alpha1.PipelineStatus, p writePlan, o outcome) (ctrl.Result, error) {
+func (r *Reconciler) requeue(key types.NamespacedName, status schedulingv1alpha1.PipelineStatus, p writePlan, o outcome) (ctrl.Result, error) {
 	var errs []error
 	for _, f := range o.failed {
 		errs = append(errs, fmt.Errorf("stage %s: %w", f.stage, f.err))
@@ -215,9 +219,11 @@ func requeue(status schedulingv1alpha1.PipelineStatus, p writePlan, o outcome) (
 	if err := errors.Join(append(errs, o.errs...)...); err != nil {
 		return ctrl.Result{}, err
 	}
+	if o.raced || p.repairFirst {
+		return ctrl.Result{RequeueAfter: r.pace.Conflict(key)}, nil
+	}
+	r.pace.NoConflict(key)
 	switch {
-	case o.raced || p.repairFirst:
-		return ctrl.Result{RequeueAfter: raceRequeue}, nil
 	case o.routesIn != "":
 		return ctrl.Result{RequeueAfter: binding.InTheWayRecheck}, nil
 	case p.unplaced != nil || p.moveBlocked != nil || status.Phase == schedulingv1alpha1.PipelinePending:

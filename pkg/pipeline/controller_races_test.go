@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
@@ -123,8 +124,8 @@ func TestReconcileBeforeTheAllocatorKnowsThePipeline(t *testing.T) {
 
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: worldNS, Name: "a"}}
 	res, err := w.r.Reconcile(ctrl.LoggerInto(w.ctx, ctrl.Log), req)
-	if err != nil || res.RequeueAfter != raceRequeue {
-		t.Fatalf("Reconcile = %+v, %v; want a requeue after %v", res, err, raceRequeue)
+	if err != nil || res.RequeueAfter != conveyorstatus.ConflictBackoffBase {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue after %v", res, err, conveyorstatus.ConflictBackoffBase)
 	}
 	if b := w.bindings(); len(b) != 0 {
 		t.Errorf("bindings written for a pipeline the allocator does not know: %d", len(b))

@@ -272,7 +272,7 @@ func TestLoadThatCanNeverFitKeepsAnEstablishedPipelinesWorkers(t *testing.T) {
 	}
 }
 
-// Design §4.1: a pipeline whose every stage lost its worker, with no room anywhere, unsets every
+// A pipeline whose every stage lost its worker, with no room anywhere, unsets every
 // stage (no binding keeps naming a Pod that is gone) and stays Broken: it never goes back to Pending.
 func TestEveryStageLostStaysBrokenWithEveryStageUnset(t *testing.T) {
 	green0 := fixtures.ReadyWorkerPod(tableNS, "green", 0)

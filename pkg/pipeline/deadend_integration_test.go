@@ -17,7 +17,7 @@ import (
 )
 
 // TestIntegrationDeadStageWithoutRoomIsUnset: the only worker of a stage's class goes and none
-// comes back. The dead stage is unset while it waits (design.md §4.1), instead of naming the gone
+// comes back. The dead stage is unset while it waits, instead of naming the gone
 // Pod, whose name a replacement may take; the healthy stage keeps its worker.
 // A chaos run whose workers were down faster than they came back found this.
 func TestIntegrationDeadStageWithoutRoomIsUnset(t *testing.T) {

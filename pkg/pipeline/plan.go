@@ -8,7 +8,7 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// plan.go holds the rules of design §4.1, as pure functions of the snapshot, the intent and the
+// plan.go holds the placement rules of a reconcile, as pure functions of the snapshot, the intent and the
 // allocator's answer: what to ask the allocator for (ask), and which bindings to write, unset or
 // delete (planWrites). apply.go carries a plan out and decides nothing.
 
@@ -56,7 +56,7 @@ type writePlan struct {
 	conflict    string // a binding name is taken: reported, nothing written
 }
 
-// planWrites applies design §4.1 to the intent and the allocator's placement (nil when nothing was
+// planWrites applies the placement rules to the intent and the allocator's placement (nil when nothing was
 // asked):
 //   - an invalid pipeline, or a pipeline never placed in full whose stage can never fit, holds no
 //     worker; an established one whose new load can never fit keeps its workers;

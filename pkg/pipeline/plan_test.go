@@ -58,7 +58,7 @@ func room(in intent) *Placement {
 	return p
 }
 
-// TestPlanWrites holds the rules of design §4.1, one row each.
+// TestPlanWrites holds the placement rules of a reconcile, one row each.
 func TestPlanWrites(t *testing.T) {
 	const (
 		ready   = schedulingv1alpha1.BindingReady

@@ -35,7 +35,7 @@ type LocalAPIService struct {
 }
 
 // RegisterLocalAPIService makes the cluster's aggregator route group/version to a server this
-// process will run on 127.0.0.1 (design §8): an ExternalName Service to localhost in namespace,
+// process will run on 127.0.0.1: an ExternalName Service to localhost in namespace,
 // an APIService naming it with a real caBundle, and a serving certificate for the Service's DNS
 // name in a fresh directory. It does not wait for the APIService to become Available: the server
 // is not running yet.

@@ -194,7 +194,7 @@ func waitingForYellow(ctx context.Context, ns, name string, oldUID types.UID) er
 		return err
 	}
 	// The dead stage went DeadEnd (its Event is checked below), and since no yellow worker has
-	// room it is unset while it waits (design.md §4.1), so its Service no longer names the Pod.
+	// room it is unset while it waits, so its Service no longer names the Pod.
 	if p.Status.Phase != schedulingv1alpha1.PipelineBroken || b.Spec.Pod != "" || b.Status.Phase != schedulingv1alpha1.BindingUnset {
 		return fmt.Errorf("pipeline %s, binding %s-third %s on %q", p.Status.Phase, name, b.Status.Phase, b.Spec.Pod)
 	}

@@ -53,7 +53,7 @@ func TestSmokeNodesReady(t *testing.T) {
 	}
 }
 
-// The four CRDs of the project, with the short names of design §1.
+// The four CRDs of the project, with their short names.
 var crds = []struct {
 	name, kind, shortName string
 }{
