@@ -53,16 +53,19 @@ func newHarness(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *h
 }
 
 // feed hands an object to the allocator as its informer would.
-func (h *harness) feed(o client.Object) {
+func (h *harness) feed(o client.Object) { feedAllocator(h.alloc, o, false) }
+
+// feedAllocator delivers an informer event of any kind the allocator is fed.
+func feedAllocator(a *Allocator, o client.Object, deleted bool) {
 	switch o := o.(type) {
 	case *schedulingv1alpha1.WorkerClass:
-		h.alloc.OnWorkerClass(o, false)
+		a.OnWorkerClass(o, deleted)
 	case *schedulingv1alpha1.Pipeline:
-		h.alloc.OnPipeline(o, false)
+		a.OnPipeline(o, deleted)
 	case *schedulingv1alpha1.PipelineBinding:
-		h.alloc.OnBinding(o, false)
+		a.OnBinding(o, deleted)
 	case *corev1.Pod:
-		h.feedPod(o)
+		a.OnPod(o, deleted)
 	}
 }
 

@@ -212,16 +212,7 @@ func (w *world) syncKind(kind string) {
 	}
 }
 
-func (w *world) feed(o client.Object, deleted bool) {
-	switch o := o.(type) {
-	case *schedulingv1alpha1.Pipeline:
-		w.alloc.OnPipeline(o, deleted)
-	case *schedulingv1alpha1.PipelineBinding:
-		w.alloc.OnBinding(o, deleted)
-	case *schedulingv1alpha1.WorkerClass:
-		w.alloc.OnWorkerClass(o, deleted)
-	}
-}
+func (w *world) feed(o client.Object, deleted bool) { feedAllocator(w.alloc, o, deleted) }
 
 func (w *world) syncPods() {
 	for name, pod := range w.pods {
