@@ -55,8 +55,10 @@ type result struct {
 	n         int
 	mode      schedulingv1alpha1.BindingServiceType
 	contender string
-	workers   int // per class
-	load1     float64
+	workers   int          // per class
+	variant   floorVariant // the floor's shape; the floor only
+	load1     float64      // the 1-minute load average when the clock started
+	load1End  float64      // and when it stopped
 
 	created, plotted, ready time.Duration // from the first create call until the last Pipeline was created / Plotted / Ready
 	latencyP50, latencyP99  time.Duration // per Pipeline, from its create call returning to Ready
@@ -74,11 +76,17 @@ type result struct {
 	overCommitted []string
 
 	// The floor only.
-	writesDone  time.Duration // when its last essential write returned
-	floorWrites float64       // the writes it issued
+	writesDone   time.Duration // when its last essential write returned
+	lastEndpoint time.Duration // when the last Service first had a ready endpoint
+	floorWrites  float64       // the writes it issued
 }
 
-func (r *result) label() string { return fmt.Sprintf("%d pipelines, %s, %s", r.n, r.mode, r.contender) }
+func (r *result) label() string {
+	if r.contender == contenderFloor {
+		return fmt.Sprintf("%d pipelines, %s, floor %s", r.n, r.mode, r.variant)
+	}
+	return fmt.Sprintf("%d pipelines, %s, %s", r.n, r.mode, r.contender)
+}
 
 // writes is the contender's own writes in the window: the operator's, or the floor's.
 func (r *result) writes() float64 {
@@ -93,9 +101,10 @@ func (r *result) operatorWrites() float64 {
 	return m["POST"] + m["PUT"] + m["PATCH"] + m["DELETE"]
 }
 
-// runSize measures n Pipelines with one contender and service type on a fresh cluster.
-func runSize(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string) (*result, error) {
-	res := &result{n: n, mode: mode, contender: contender, workers: cfg.workers(n)}
+// runSize measures n Pipelines with one contender and service type on a fresh cluster: the
+// operator once, the floor once per variant.
+func runSize(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string) ([]*result, error) {
+	res := &result{n: n, mode: mode, contender: contender, workers: cfg.workers(n), variant: cfg.variants[0]}
 	logf("%s: starting a cluster with %d nodes of %d Pods", res.label(), cfg.nodes, cfg.podsPerNode)
 	c, err := cluster.Start(ctx, cluster.Options{
 		Name:             fmt.Sprintf("pipebench-%s-%d", contender, n),
@@ -116,14 +125,14 @@ func runSize(ctx context.Context, cfg *config, root string, n int, mode scheduli
 	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
 		return nil, err
 	}
-	if err := measure(ctx, cfg, c, res); err != nil {
+	results, err := measure(ctx, cfg, c, res)
+	if err != nil {
 		c.DumpLogTails(os.Stderr, 30)
 		if cfg.logs != "" {
 			dumpState(context.WithoutCancel(ctx), cfg, c, res)
 		}
-		return nil, err
 	}
-	return res, nil
+	return results, err
 }
 
 // dumpState saves what a failed run left: the Pipelines and bindings, wide and in full, next to
@@ -147,37 +156,62 @@ func dumpState(ctx context.Context, cfg *config, c *cluster.Cluster, res *result
 	logf("%s: state saved to %s-*", res.label(), base)
 }
 
-func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) error {
-	n := res.n
+// measure runs the contender on a started cluster and returns what it measured: one result for
+// the operator, one per variant for the floor (those that completed).
+func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) ([]*result, error) {
 	rc := c.RESTConfig()
 	rc.QPS, rc.Burst = -1, 0
 	admin, err := client.New(rc, client.Options{Scheme: cluster.Scheme()})
 	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		return fmt.Errorf("create namespace: %w", err)
+		return nil, fmt.Errorf("create namespace: %w", err)
 	}
 
 	// 1. The operator.
 	op, metricsAddr, err := launchOperator(ctx, cfg, c, res)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer op.Stop()
 
 	// 2. Classes and workers, Ready before the clock starts.
 	if err := setUpWorkers(ctx, admin, cfg, res.workers, res.mode); err != nil {
-		return err
+		return nil, err
 	}
 	if res.contender == contenderFloor {
-		// The operator only made the workers: the floor runs without it.
+		// The operator only made the workers: the floor runs without it, once per variant, with
+		// the cluster reset to its workers in between.
 		op.Stop()
-		return measureFloor(ctx, cfg, c, admin, res, rc)
+		var out []*result
+		for i, v := range cfg.variants {
+			if i > 0 {
+				if err := resetFloor(ctx, admin); err != nil {
+					return out, err
+				}
+			}
+			r := &result{n: res.n, mode: res.mode, contender: contenderFloor, workers: res.workers, variant: v}
+			if err := measureFloor(ctx, cfg, c, admin, r, rc); err != nil {
+				return out, fmt.Errorf("floor %s: %w", v, err)
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+	if err := measureOperator(ctx, cfg, c, admin, op, metricsAddr, res, rc); err != nil {
+		return nil, err
+	}
+	return []*result{res}, nil
+}
+
+// measureOperator is the operator's run on a cluster whose workers are Ready: the watch, the
+// counters, the clock, the creates, the wait for all Ready, the counters after.
+func measureOperator(ctx context.Context, cfg *config, c *cluster.Cluster, admin client.Client, op *operatorproc.Operator, metricsAddr string, res *result, rc *rest.Config) error {
+	n := res.n
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
 	}
 
 	// 3. The watch, the counters before, the clock, the creates.
@@ -229,6 +263,7 @@ func measure(ctx context.Context, cfg *config, c *cluster.Cluster, res *result) 
 	for k, d := range planeBefore {
 		res.planeCPU[k] -= d
 	}
+	res.load1End = loadAverage()
 	res.created, res.plotted, res.ready, res.latencyP50, res.latencyP99, res.leftReady = tr.summary()
 	res.op = opAfter.minus(opBefore)
 	res.apiWrites = diff(apiBefore, apiAfter)

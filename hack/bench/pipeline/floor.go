@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +35,14 @@ import (
 // The floor: no operator, only the writes a perfect operator could not avoid, from an assignment
 // computed before the clock starts. See the package comment for what it writes and when its clock
 // stops.
+
+const (
+	// resetTimeout bounds the wait for a floor run's objects to be gone between variants.
+	resetTimeout = 10 * time.Minute
+	// resetSettle is the pause after a reset, for the control plane's trailing work (garbage
+	// collection, EndpointSlice deletes) to end before the next variant's clock starts.
+	resetSettle = 15 * time.Second
+)
 
 // worker is a Ready worker Pod of a class, as the floor's assignment knows it.
 type worker struct {
@@ -112,75 +123,157 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// floorWrites performs the essential writes of one created Pipeline: 3 bindings, 3 Services, the
-// routes ConfigMap, a status per binding and one for the Pipeline. It returns how many writes it
-// issued.
-func floorWrites(ctx context.Context, c client.Client, cfg *config, mode schedulingv1alpha1.BindingServiceType, pl *schedulingv1alpha1.Pipeline, placed []worker) (int, error) {
-	writes := 0
-	bindings := make([]*schedulingv1alpha1.PipelineBinding, len(stages))
-	for s, st := range stages {
-		b := fixtures.MakePipelineBinding(namespace, pl.Name, st.name).Class(st.class).Load(int32(cfg.load)).Pod(placed[s].name).Obj()
-		b.Spec.PodUID = placed[s].uid
-		b.Labels = map[string]string{schedulingv1alpha1.PipelineLabel: pl.Name, schedulingv1alpha1.StageLabel: st.name}
-		if err := controllerutil.SetControllerReference(pl, b, cluster.Scheme()); err != nil {
-			return writes, err
+// floorWriter issues the essential writes of one created Pipeline at a time: 3 bindings, 3
+// Services, the routes ConfigMap, a status per binding and one for the Pipeline, owner references
+// as the operator sets them.
+type floorWriter struct {
+	c      client.Client
+	cfg    *config
+	mode   schedulingv1alpha1.BindingServiceType
+	fanout bool
+}
+
+// write issues pl's essential writes and returns how many it issued. In order, they are the 3
+// binding creates, the 3 Service creates, the routes ConfigMap, the 3 binding statuses and the
+// Pipeline's status; with fanout, each stage's binding create → Service create → binding status
+// runs beside the others and beside the ConfigMap, and the Pipeline's status follows them all.
+func (w *floorWriter) write(ctx context.Context, pl *schedulingv1alpha1.Pipeline, placed []worker) (int, error) {
+	now := metav1.Now()
+	var writes atomic.Int64
+	do := func(what string, f func() error) error {
+		writes.Add(1)
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		writes++
-		if err := c.Create(ctx, b); err != nil {
-			return writes, fmt.Errorf("create binding %s: %w", b.Name, err)
+		return nil
+	}
+	createBinding := func(b *schedulingv1alpha1.PipelineBinding) error {
+		return do("create binding "+b.Name, func() error { return w.c.Create(ctx, b) })
+	}
+	createService := func(b *schedulingv1alpha1.PipelineBinding) error {
+		svc, err := floorService(b, w.mode)
+		if err != nil {
+			return err
+		}
+		return do("create service "+svc.Name, func() error { return w.c.Create(ctx, svc) })
+	}
+	bindingStatus := func(b *schedulingv1alpha1.PipelineBinding) error {
+		setBindingReady(b, now)
+		return do("binding status "+b.Name, func() error { return w.c.Status().Update(ctx, b) })
+	}
+	createRoutes := func() error {
+		cm, err := floorRoutesConfigMap(pl, w.mode)
+		if err != nil {
+			return err
+		}
+		return do("create routes "+cm.Name, func() error { return w.c.Create(ctx, cm) })
+	}
+	bindings := make([]*schedulingv1alpha1.PipelineBinding, len(stages))
+	for s := range stages {
+		b, err := floorBinding(w.cfg, pl, s, placed[s])
+		if err != nil {
+			return 0, err
 		}
 		bindings[s] = b
 	}
-	for _, b := range bindings {
-		svc := binding.DesiredService(b, mode, binding.ClassPorts(nil)) // the operator's Service, default ports
-		if err := controllerutil.SetControllerReference(b, svc, cluster.Scheme()); err != nil {
-			return writes, err
+
+	var err error
+	if w.fanout {
+		errs := make([]error, len(stages)+1)
+		var wg sync.WaitGroup
+		for s, b := range bindings {
+			wg.Go(func() {
+				if errs[s] = createBinding(b); errs[s] != nil {
+					return
+				}
+				if errs[s] = createService(b); errs[s] != nil {
+					return
+				}
+				errs[s] = bindingStatus(b)
+			})
 		}
-		writes++
-		if err := c.Create(ctx, svc); err != nil {
-			return writes, fmt.Errorf("create service %s: %w", svc.Name, err)
+		errs[len(stages)] = createRoutes()
+		wg.Wait()
+		err = errors.Join(errs...)
+	} else {
+		err = w.serial(bindings, createBinding, createService, bindingStatus, createRoutes)
+	}
+	if err != nil {
+		return int(writes.Load()), err
+	}
+	setPipelineReady(pl, placed, now)
+	err = do("pipeline status "+pl.Name, func() error { return w.c.Status().Update(ctx, pl) })
+	return int(writes.Load()), err
+}
+
+// serial issues the writes before the Pipeline's status one after the other: the bindings, their
+// Services, the routes, the bindings' statuses.
+func (w *floorWriter) serial(bindings []*schedulingv1alpha1.PipelineBinding, createBinding, createService, bindingStatus func(*schedulingv1alpha1.PipelineBinding) error, createRoutes func() error) error {
+	for _, step := range []func(*schedulingv1alpha1.PipelineBinding) error{createBinding, createService} {
+		for _, b := range bindings {
+			if err := step(b); err != nil {
+				return err
+			}
 		}
 	}
+	if err := createRoutes(); err != nil {
+		return err
+	}
+	for _, b := range bindings {
+		if err := bindingStatus(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// floorBinding is the binding of pl's stage s to the worker placed, controlled by pl.
+func floorBinding(cfg *config, pl *schedulingv1alpha1.Pipeline, s int, placed worker) (*schedulingv1alpha1.PipelineBinding, error) {
+	st := stages[s]
+	b := fixtures.MakePipelineBinding(namespace, pl.Name, st.name).Class(st.class).Load(int32(cfg.load)).Pod(placed.name).Obj()
+	b.Spec.PodUID = placed.uid
+	b.Labels = map[string]string{schedulingv1alpha1.PipelineLabel: pl.Name, schedulingv1alpha1.StageLabel: st.name}
+	return b, controllerutil.SetControllerReference(pl, b, cluster.Scheme())
+}
+
+// floorService is the operator's Service of a created binding, default ports, controlled by it.
+func floorService(b *schedulingv1alpha1.PipelineBinding, mode schedulingv1alpha1.BindingServiceType) (*corev1.Service, error) {
+	svc := binding.DesiredService(b, mode, binding.ClassPorts(nil))
+	return svc, controllerutil.SetControllerReference(b, svc, cluster.Scheme())
+}
+
+// floorRoutesConfigMap is pl's routes ConfigMap, controlled by pl.
+func floorRoutesConfigMap(pl *schedulingv1alpha1.Pipeline, mode schedulingv1alpha1.BindingServiceType) (*corev1.ConfigMap, error) {
 	doc, err := json.MarshalIndent(floorRoutes(pl.Name, mode), "", "  ")
 	if err != nil {
-		return writes, err
+		return nil, err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: pl.Name + "-routes", Namespace: namespace, Labels: map[string]string{schedulingv1alpha1.PipelineLabel: pl.Name}},
 		Data:       map[string]string{schedulingv1alpha1.RoutesKey: string(doc)},
 	}
-	if err := controllerutil.SetControllerReference(pl, cm, cluster.Scheme()); err != nil {
-		return writes, err
+	return cm, controllerutil.SetControllerReference(pl, cm, cluster.Scheme())
+}
+
+// setBindingReady sets a created binding's status to Ready with a ready endpoint.
+func setBindingReady(b *schedulingv1alpha1.PipelineBinding, now metav1.Time) {
+	b.Status = schedulingv1alpha1.PipelineBindingStatus{
+		ObservedGeneration: b.Generation, Phase: schedulingv1alpha1.BindingReady,
+		ServiceName: b.Name, ServingPod: b.Spec.Pod, PodUID: b.Spec.PodUID,
 	}
-	writes++
-	if err := c.Create(ctx, cm); err != nil {
-		return writes, fmt.Errorf("create routes %s: %w", cm.Name, err)
-	}
-	now := metav1.Now()
-	for _, b := range bindings {
-		b.Status = schedulingv1alpha1.PipelineBindingStatus{
-			ObservedGeneration: b.Generation, Phase: schedulingv1alpha1.BindingReady,
-			ServiceName: b.Name, ServingPod: b.Spec.Pod, PodUID: b.Spec.PodUID,
-		}
-		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: schedulingv1alpha1.BindingReadyCondition, Status: metav1.ConditionTrue,
-			ObservedGeneration: b.Generation, LastTransitionTime: now, Reason: schedulingv1alpha1.ReasonEndpointReady,
-			Message: fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod)})
-		writes++
-		if err := c.Status().Update(ctx, b); err != nil {
-			return writes, fmt.Errorf("binding %s status: %w", b.Name, err)
-		}
-	}
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: schedulingv1alpha1.BindingReadyCondition, Status: metav1.ConditionTrue,
+		ObservedGeneration: b.Generation, LastTransitionTime: now, Reason: schedulingv1alpha1.ReasonEndpointReady,
+		Message: fmt.Sprintf("Service %s has a ready endpoint for %s", b.Name, b.Spec.Pod)})
+}
+
+// setPipelineReady sets a created Pipeline's status to Ready with its bindings' workers.
+func setPipelineReady(pl *schedulingv1alpha1.Pipeline, placed []worker, now metav1.Time) {
 	pl.Status = schedulingv1alpha1.PipelineStatus{ObservedGeneration: pl.Generation, Phase: schedulingv1alpha1.PipelineReady, Bindings: map[string]string{}}
 	for s, st := range stages {
 		pl.Status.Bindings[st.name] = placed[s].name
 	}
 	meta.SetStatusCondition(&pl.Status.Conditions, metav1.Condition{Type: schedulingv1alpha1.PipelineReadyCondition, Status: metav1.ConditionTrue,
 		ObservedGeneration: pl.Generation, LastTransitionTime: now, Reason: schedulingv1alpha1.ReasonBindingsReady, Message: "every binding is Ready"})
-	writes++
-	if err := c.Status().Update(ctx, pl); err != nil {
-		return writes, fmt.Errorf("pipeline %s status: %w", pl.Name, err)
-	}
-	return writes, nil
 }
 
 // floorRoutes is a routes document of the operator's shape for the benchmark's chain.
@@ -276,11 +369,67 @@ func floorPlan(ctx context.Context, cfg *config, admin client.Client, res *resul
 	return assignment(cfg, res.n, workers)
 }
 
+// floorClients are the clients of one floor run: the creators' and one per writer, either all
+// the same client over one shared connection or each with a connection of its own.
+func floorClients(ctx context.Context, admin client.Client, rc *rest.Config, v floorVariant) (creators client.Client, writers []client.Client, err error) {
+	if !v.ownConns {
+		writers = make([]client.Client, v.writers)
+		for i := range writers {
+			writers[i] = admin
+		}
+		return admin, writers, warmUp(ctx, admin)
+	}
+	own := func() (client.Client, error) {
+		c := rest.CopyConfig(rc)
+		// A dialer of its own keeps client-go from sharing the transport, and so the connection.
+		c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		hc, err := rest.HTTPClientFor(c)
+		if err != nil {
+			return nil, err
+		}
+		oc, err := client.New(c, client.Options{Scheme: cluster.Scheme(), Mapper: admin.RESTMapper(), HTTPClient: hc})
+		if err != nil {
+			return nil, err
+		}
+		return oc, warmUp(ctx, oc)
+	}
+	if creators, err = own(); err != nil {
+		return nil, nil, err
+	}
+	for range v.writers {
+		w, err := own()
+		if err != nil {
+			return nil, nil, err
+		}
+		writers = append(writers, w)
+	}
+	return creators, writers, nil
+}
+
+// warmUp opens c's connection and resolves the REST mappings of the kinds the floor writes, so
+// that neither happens on the clock.
+func warmUp(ctx context.Context, c client.Client) error {
+	for _, o := range []client.Object{&schedulingv1alpha1.Pipeline{}, &schedulingv1alpha1.PipelineBinding{}, &corev1.Service{}, &corev1.ConfigMap{}} {
+		gvk, err := c.GroupVersionKindFor(o)
+		if err != nil {
+			return err
+		}
+		if _, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return err
+		}
+	}
+	return c.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(namespace), client.Limit(1))
+}
+
 // measureFloor is the floor's run on a cluster whose workers are Ready and whose operator has
 // stopped: the clock, the Pipelines' creates, the essential writes, the wait for the endpoints.
 func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin client.Client, res *result, rc *rest.Config) error {
-	n := res.n
+	n, v := res.n, res.variant
 	plan, err := floorPlan(ctx, cfg, admin, res)
+	if err != nil {
+		return err
+	}
+	creatorsClient, writerClients, err := floorClients(ctx, admin, rc, v)
 	if err != nil {
 		return err
 	}
@@ -290,13 +439,20 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 		return err
 	}
 	defer stopWatch()
+	if got := ep.count(); got != 0 {
+		return fmt.Errorf("%d Services of Pipelines have a ready endpoint before the clock started", got)
+	}
 	apiBefore, err := apiserverWrites(ctx, c.Clientset())
 	if err != nil {
 		return err
 	}
 	planeBefore := procstat.ControlPlaneCPU(c.Workdir())
 	res.load1 = loadAverage()
-	logf("%s: creating the pipelines from %d goroutines, essential writes from %d (load average %.2f)", res.label(), cfg.creators, cfg.floorWriters, res.load1)
+	creators := fmt.Sprintf("%d creators apart", cfg.creators)
+	if v.creators == creatorsWriters {
+		creators = "the writers creating them"
+	}
+	logf("%s: %s, essential writes from %d writers (load average %.2f)", res.label(), creators, v.writers, res.load1)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.runTimeout)
 	defer cancel()
@@ -306,45 +462,66 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 	ep.started = tr.started
 	ep.mu.Unlock()
 
-	created := make(chan *schedulingv1alpha1.Pipeline, n)
 	var writes atomic.Int64
-	var writersDone time.Duration
-	writeErr := make(chan error, 1)
-	go func() {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var first error
-		for range cfg.floorWriters {
-			wg.Go(func() {
-				for pl := range created {
-					i, _ := strconv.Atoi(strings.TrimPrefix(pl.Name, "p-"))
-					w, err := floorWrites(runCtx, admin, cfg, res.mode, pl, plan[i])
-					writes.Add(int64(w))
-					if err != nil {
-						mu.Lock()
-						if first == nil {
-							first = err
-							cancel()
-						}
-						mu.Unlock()
-					}
-				}
-			})
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+			cancel()
 		}
-		wg.Wait()
-		writersDone = time.Since(tr.started)
-		writeErr <- first
-	}()
-	createErr := createPipelines(runCtx, admin, cfg, n, tr, func(p *schedulingv1alpha1.Pipeline) { created <- p })
-	close(created)
-	if createErr != nil {
-		return createErr
 	}
-	logf("%s: all created after %s", res.label(), tr.createdAt().Round(time.Millisecond))
-	if err := <-writeErr; err != nil {
-		return err
+	// Writers take either created Pipelines (creators apart) or indexes to create themselves.
+	created := make(chan *schedulingv1alpha1.Pipeline, n)
+	next := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range v.writers {
+		w := &floorWriter{c: writerClients[i], cfg: cfg, mode: res.mode, fanout: v.fanout}
+		wg.Go(func() {
+			writeOne := func(pl *schedulingv1alpha1.Pipeline) {
+				i, _ := strconv.Atoi(strings.TrimPrefix(pl.Name, "p-"))
+				k, err := w.write(runCtx, pl, plan[i])
+				writes.Add(int64(k))
+				if err != nil {
+					fail(err)
+				}
+			}
+			if v.creators == creatorsApart {
+				for pl := range created {
+					writeOne(pl)
+				}
+				return
+			}
+			for i := range next {
+				pl := newPipeline(i, cfg.load)
+				if err := createPipeline(runCtx, w.c, pl); err != nil {
+					fail(err)
+					return
+				}
+				tr.created(pl.Name)
+				writeOne(pl)
+			}
+		})
 	}
-	logf("%s: essential writes done after %s", res.label(), writersDone.Round(time.Millisecond))
+	if v.creators == creatorsApart {
+		if err := createPipelines(runCtx, creatorsClient, cfg, n, tr, func(p *schedulingv1alpha1.Pipeline) { created <- p }); err != nil {
+			fail(err)
+		}
+		close(created)
+	} else {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+	}
+	wg.Wait()
+	writersDone := time.Since(tr.started)
+	if first != nil {
+		return first
+	}
+	logf("%s: all created after %s, essential writes done after %s", res.label(), tr.createdAt().Round(time.Millisecond), writersDone.Round(time.Millisecond))
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 wait:
@@ -358,6 +535,7 @@ wait:
 			return fmt.Errorf("not all Services had a ready endpoint after %s: %d of %d", cfg.runTimeout, ep.count(), ep.want)
 		}
 	}
+	res.load1End = loadAverage()
 	apiAfter, err := apiserverWrites(ctx, c.Clientset())
 	if err != nil {
 		return err
@@ -368,10 +546,112 @@ wait:
 	}
 	res.created = tr.createdAt()
 	res.writesDone = writersDone
-	res.ready = max(writersDone, ep.last())
+	res.lastEndpoint = ep.last()
+	res.ready = max(writersDone, res.lastEndpoint)
 	res.floorWrites = float64(writes.Load())
 	res.apiWrites = diff(apiBefore, apiAfter)
-	logf("%s: done after %.2fs (writes done %.2fs, last endpoint %.2fs), %.1f writes per pipeline",
-		res.label(), res.ready.Seconds(), writersDone.Seconds(), ep.last().Seconds(), res.floorWrites/float64(n))
+	logf("%s: done after %.2fs (writes done %.2fs, last endpoint %.2fs), %.1f writes per pipeline (load average %.2f)",
+		res.label(), res.ready.Seconds(), writersDone.Seconds(), res.lastEndpoint.Seconds(), res.floorWrites/float64(n), res.load1End)
 	return countObjects(ctx, admin, cfg, res)
+}
+
+// resetFloor deletes what a floor run made (the Pipelines, their bindings, Services and routes)
+// and waits until they and the Services' EndpointSlices are gone, then lets the control plane
+// settle, so that the next variant starts from the workers alone.
+func resetFloor(ctx context.Context, admin client.Client) error {
+	logf("resetting the floor's cluster to its workers")
+	in, labelled := client.InNamespace(namespace), client.HasLabels{schedulingv1alpha1.PipelineLabel}
+	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	if err := admin.DeleteAllOf(ctx, &schedulingv1alpha1.Pipeline{}, in, bg); err != nil {
+		return fmt.Errorf("delete the pipelines: %w", err)
+	}
+	if err := admin.DeleteAllOf(ctx, &schedulingv1alpha1.PipelineBinding{}, in, bg); err != nil {
+		return fmt.Errorf("delete the bindings: %w", err)
+	}
+	if err := admin.DeleteAllOf(ctx, &corev1.ConfigMap{}, in, labelled, bg); err != nil {
+		return fmt.Errorf("delete the routes: %w", err)
+	}
+	// Services have no collection delete: one by one, a few at a time.
+	services := &corev1.ServiceList{}
+	if err := admin.List(ctx, services, in, labelled); err != nil {
+		return err
+	}
+	todo := make(chan *corev1.Service)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for svc := range todo {
+				if err := admin.Delete(ctx, svc, bg); err != nil && !apierrors.IsNotFound(err) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	for i := range services.Items {
+		todo <- &services.Items[i]
+	}
+	close(todo)
+	wg.Wait()
+	if k := failed.Load(); k > 0 {
+		return fmt.Errorf("%d Services could not be deleted", k)
+	}
+	err := cluster.Poll(ctx, resetTimeout, time.Second, func(ctx context.Context) (bool, error) {
+		left, err := floorObjectsLeft(ctx, admin)
+		if err != nil {
+			return false, err
+		}
+		if left != "" {
+			return false, errors.New(left)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	logf("reset done; settling for %s", resetSettle)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(resetSettle):
+	}
+	return nil
+}
+
+// floorObjectsLeft says what a floor run left in the namespace, or "" when nothing.
+func floorObjectsLeft(ctx context.Context, admin client.Client) (string, error) {
+	in, labelled := client.InNamespace(namespace), client.HasLabels{schedulingv1alpha1.PipelineLabel}
+	var left []string
+	for what, l := range map[string]client.ObjectList{
+		"pipelines": &schedulingv1alpha1.PipelineList{}, "bindings": &schedulingv1alpha1.PipelineBindingList{},
+	} {
+		if err := admin.List(ctx, l, in); err != nil {
+			return "", err
+		}
+		if k := meta.LenList(l); k > 0 {
+			left = append(left, fmt.Sprintf("%d %s", k, what))
+		}
+	}
+	for what, l := range map[string]client.ObjectList{"Services": &corev1.ServiceList{}, "routes": &corev1.ConfigMapList{}} {
+		if err := admin.List(ctx, l, in, labelled); err != nil {
+			return "", err
+		}
+		if k := meta.LenList(l); k > 0 {
+			left = append(left, fmt.Sprintf("%d %s", k, what))
+		}
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := admin.List(ctx, eps, in, client.HasLabels{discoveryv1.LabelServiceName}); err != nil {
+		return "", err
+	}
+	k := 0
+	for _, es := range eps.Items {
+		if strings.HasPrefix(es.Labels[discoveryv1.LabelServiceName], "p-") {
+			k++
+		}
+	}
+	if k > 0 {
+		left = append(left, fmt.Sprintf("%d EndpointSlices of Pipelines' Services", k))
+	}
+	return strings.Join(left, ", "), nil
 }

@@ -34,10 +34,13 @@
 // WorkerSet Pods) but stops the operator before the clock starts: during the measured window no
 // operator runs. Before the clock it lists the Ready workers and computes an assignment by first
 // fit (pipeline i's stage s goes to the first worker of the stage's class, in ordinal order, that
-// still has -load of room). Its clock starts, like the operator's, when the creators start
-// creating the N Pipelines, with the same -creators goroutines; each created Pipeline is handed to
-// one of -floor-writers goroutines (an unthrottled client) that issues exactly its essential
-// writes: 3 PipelineBinding creates (spec.pod and spec.podUID set, controlled by the Pipeline), 3
+// still has -load of room). Its clock starts, like the operator's, when the N Pipelines' creates
+// start. With -floor-creators apart the same -creators goroutines as the operator's create them and
+// hand each created Pipeline to one of -floor-writers goroutines; with -floor-creators writers each
+// writer creates its next Pipeline itself. A writer (an unthrottled client, sharing one connection
+// with the others or, with -floor-conns own, on a connection of its own) issues exactly the
+// Pipeline's essential writes, one after the other or, with -floor-fanout, along their dependency
+// chains in parallel: 3 PipelineBinding creates (spec.pod and spec.podUID set, controlled by the Pipeline), 3
 // Services of the operator's shape (named like the binding, controlled by it, the pipeline and
 // stage labels, selector apps.conveyor.dev/pod-name=<pod>, port http 80 → http, clusterIP None for
 // Headless), the <pipeline>-routes ConfigMap, one status update per binding (phase Ready) and one
@@ -47,6 +50,10 @@
 // at all Pipelines Ready, and the operator sets a Pipeline Ready only once every binding's Service
 // has a ready endpoint, so both end at the same observable state; the floor only skips the waiting
 // between its writes and the endpoints.
+//
+// -floor-variants runs several shapes of the floor one after the other on the floor's cluster,
+// deleting the Pipelines, bindings, Services and routes and waiting for their EndpointSlices to be
+// gone in between; the report shows every variant, and the operator's ratio is to the fastest.
 //
 // API writes per pipeline are the contender's writes in the window divided by N: for the operator
 // its POST, PUT, PATCH and DELETE requests (rest_client_requests_total, Events included), for the
@@ -58,6 +65,7 @@
 //	make build tools && go run ./hack/bench/pipeline -sizes 500,2000
 //	go build -o /tmp/bench-bin/conveyor-operator ./cmd/operator &&
 //	  go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -service-type Headless,ClusterIP
+//	go run ./hack/bench/pipeline -sizes 1000 -contenders floor -floor-variants 8,16,32,64,64:writers,64:fanout,64:own
 //
 // The results are written as Markdown to -out (standard output by default); progress goes to
 // standard error.
@@ -102,7 +110,10 @@ type config struct {
 	operatorArgs []string
 	serviceTypes []schedulingv1alpha1.BindingServiceType
 	contenders   []string
-	floorWriters int
+	// floor is the floor's shape when -floor-variants is empty; variants are the shapes a floor
+	// cluster runs one after the other, reset in between.
+	floor    floorVariant
+	variants []floorVariant
 }
 
 func main() {
@@ -118,7 +129,7 @@ func main() {
 }
 
 func parseFlags() (*config, error) {
-	var sizes, operatorArgs, serviceTypes, contenders string
+	var sizes, operatorArgs, serviceTypes, contenders, floorConns, variants string
 	cfg := &config{}
 	flag.StringVar(&sizes, "sizes", "500,2000", "Comma-separated numbers of Pipelines; one fresh cluster per size.")
 	flag.Float64Var(&cfg.qps, "qps", 0, "The operator's --kube-api-qps; 0 means unlimited (no client-side rate limiter).")
@@ -137,8 +148,32 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&operatorArgs, "operator-args", "", "Extra arguments of the operator, separated by spaces, e.g. --pipeline-concurrency=20.")
 	flag.StringVar(&serviceTypes, "service-type", "Headless", "Comma-separated spec.serviceType values of the WorkerClasses (Headless, ClusterIP); each is a run of its own.")
 	flag.StringVar(&contenders, "contenders", "floor,operator", "Comma-separated contenders: floor (the essential writes, no operator), operator.")
-	flag.IntVar(&cfg.floorWriters, "floor-writers", 16, "Goroutines issuing the floor's essential writes, with an unthrottled client.")
+	flag.IntVar(&cfg.floor.writers, "floor-writers", 64, "Goroutines issuing the floor's essential writes, one Pipeline at a time each, with an unthrottled client.")
+	flag.StringVar(&cfg.floor.creators, "floor-creators", creatorsApart, "Who creates the floor's Pipelines: apart (-creators goroutines, handing each to a writer) or writers (each writer creates its next Pipeline itself).")
+	flag.BoolVar(&cfg.floor.fanout, "floor-fanout", false, "Issue each Pipeline's essential writes along their dependency chains in parallel instead of one after the other.")
+	flag.StringVar(&floorConns, "floor-conns", "shared", "The floor's connections to the apiserver: shared (one HTTP/2 connection for every writer) or own (one per writer).")
+	flag.StringVar(&variants, "floor-variants", "", "Comma-separated floor variants to run one after the other on the floor's cluster, reset in between, e.g. 16,64,64:writers,64:fanout,64:own: "+
+		"a number of writers, then optional keywords apart|writers, serial|fanout, shared|own; what a variant leaves out comes from the -floor-* flags. Empty: one floor run of the -floor-* flags.")
 	flag.Parse()
+	switch floorConns {
+	case "shared", "own":
+		cfg.floor.ownConns = floorConns == "own"
+	default:
+		return nil, fmt.Errorf("-floor-conns: %q is neither shared nor own", floorConns)
+	}
+	if cfg.floor.creators != creatorsApart && cfg.floor.creators != creatorsWriters {
+		return nil, fmt.Errorf("-floor-creators: %q is neither apart nor writers", cfg.floor.creators)
+	}
+	if cfg.floor.writers < minFloorWriters || cfg.floor.writers > maxFloorWriters {
+		return nil, fmt.Errorf("-floor-writers must be from %d to %d", minFloorWriters, maxFloorWriters)
+	}
+	cfg.variants = []floorVariant{cfg.floor}
+	if variants != "" {
+		var err error
+		if cfg.variants, err = parseFloorVariants(variants, cfg.floor); err != nil {
+			return nil, fmt.Errorf("-floor-variants: %w", err)
+		}
+	}
 	for _, t := range strings.Split(serviceTypes, ",") {
 		switch t := schedulingv1alpha1.BindingServiceType(strings.TrimSpace(t)); t {
 		case schedulingv1alpha1.ServiceHeadless, schedulingv1alpha1.ServiceClusterIP:
@@ -171,8 +206,8 @@ func parseFlags() (*config, error) {
 		return nil, errors.New("-sizes must not be empty")
 	case len(cfg.serviceTypes) == 0 || len(cfg.contenders) == 0:
 		return nil, errors.New("-service-type and -contenders must not be empty")
-	case cfg.creators < 1, cfg.floorWriters < 1, cfg.load < 1, cfg.capacity < cfg.load, cfg.spare < 0:
-		return nil, errors.New("-creators, -floor-writers and -load must be at least 1, -capacity at least -load, -spare not negative")
+	case cfg.creators < 1, cfg.load < 1, cfg.capacity < cfg.load, cfg.spare < 0:
+		return nil, errors.New("-creators and -load must be at least 1, -capacity at least -load, -spare not negative")
 	}
 	if cfg.qps > 0 && cfg.burst <= 0 {
 		cfg.burst = int(cfg.qps * 1.5)
@@ -257,9 +292,7 @@ runs:
 		for _, mode := range cfg.serviceTypes {
 			for _, contender := range cfg.contenders {
 				res, err := runSize(ctx, cfg, root, n, mode, contender)
-				if res != nil {
-					results = append(results, res)
-				}
+				results = append(results, res...)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%d pipelines, %s, %s: %w", n, mode, contender, err))
 					if ctx.Err() != nil {

@@ -10,22 +10,59 @@ import (
 	"time"
 )
 
-// writeReport writes the results as Markdown tables.
-// writeSummary writes the summary table: every run, and the operator against the floor of the
-// same size and mode.
-func writeSummary(p func(string, ...any), results []*result) {
-	floor := map[string]*result{}
+// fastestFloors is, for every size and service type, the floor run whose clock stopped first.
+func fastestFloors(results []*result) map[string]*result {
+	out := map[string]*result{}
 	for _, r := range results {
-		if r.contender == contenderFloor {
-			floor[fmt.Sprintf("%d/%s", r.n, r.mode)] = r
+		if r.contender != contenderFloor {
+			continue
+		}
+		k := floorKey(r)
+		if f := out[k]; f == nil || r.ready < f.ready {
+			out[k] = r
 		}
 	}
-	p("| pipelines | service type | contender | load avg | all created (s) | all Ready (s) | × floor | pipelines/s | operator peak RSS (MiB) | operator CPU (s) | kube-apiserver CPU (s) | etcd CPU (s) | writes per pipeline | pipeline reconciles per pipeline | binding reconciles per pipeline | workers over capacity |\n")
+	return out
+}
+
+func floorKey(r *result) string { return fmt.Sprintf("%d/%s", r.n, r.mode) }
+
+// contenderName is the contender, with the floor's variant.
+func contenderName(r *result) string {
+	if r.contender == contenderFloor {
+		return "floor `" + r.variant.String() + "`"
+	}
+	return r.contender
+}
+
+// writeVariants writes the floor's runs, every variant, against the fastest of the same size and
+// service type.
+func writeVariants(p func(string, ...any), results []*result) {
+	fastest := fastestFloors(results)
+	p("\nThe floor's variants, in the order they ran (variants of one size ran on one cluster, reset to its workers in between; the fastest is the denominator of × floor):\n\n")
+	p("| pipelines | service type | variant | what it is | load avg start → end | all created (s) | essential writes done (s) | last ready endpoint (s) | all Ready (s) | × fastest | kube-apiserver CPU (s) | etcd CPU (s) | kube-controller-manager CPU (s) | writes per pipeline |\n")
+	p("|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		if r.contender != contenderFloor {
+			continue
+		}
+		p("| %d | %s | `%s` | %s | %.2f → %.2f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f |\n",
+			r.n, r.mode, r.variant, r.variant.describe(), r.load1, r.load1End, r.created.Seconds(), r.writesDone.Seconds(), r.lastEndpoint.Seconds(),
+			r.ready.Seconds(), r.ready.Seconds()/fastest[floorKey(r)].ready.Seconds(), r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(),
+			r.planeCPU["kube-controller-manager"].Seconds(), r.writes()/float64(r.n))
+	}
+}
+
+// writeSummary writes the summary table: every run, and the operator against the fastest floor of
+// the same size and mode.
+func writeSummary(p func(string, ...any), results []*result) {
+	floor := fastestFloors(results)
+	p("| pipelines | service type | contender | load avg start → end | all created (s) | all Ready (s) | × fastest floor | pipelines/s | operator peak RSS (MiB) | operator CPU (s) | kube-apiserver CPU (s) | etcd CPU (s) | writes per pipeline | pipeline reconciles per pipeline | binding reconciles per pipeline | workers over capacity |\n")
 	p("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
 		n := float64(r.n)
 		ratio, rss, cpu, plr, bir := "", "", "", "", ""
-		if f := floor[fmt.Sprintf("%d/%s", r.n, r.mode)]; f != nil && r.contender != contenderFloor {
+		if f := floor[floorKey(r)]; f != nil && r.contender != contenderFloor {
 			ratio = fmt.Sprintf("%.2f", r.ready.Seconds()/f.ready.Seconds())
 		}
 		if r.contender == contenderOperator {
@@ -34,15 +71,12 @@ func writeSummary(p func(string, ...any), results []*result) {
 			plr = fmt.Sprintf("%.2f", r.op.reconciles["pipeline"]/n)
 			bir = fmt.Sprintf("%.2f", r.op.reconciles["pipelinebinding"]/n)
 		}
-		p("| %d | %s | %s | %.2f | %.1f | %.1f | %s | %.1f | %s | %s | %.1f | %.1f | %.2f | %s | %s | %d |\n",
-			r.n, r.mode, r.contender, r.load1, r.created.Seconds(), r.ready.Seconds(), ratio, n/r.ready.Seconds(), rss, cpu,
+		p("| %d | %s | %s | %.2f → %.2f | %.1f | %.1f | %s | %.1f | %s | %s | %.1f | %.1f | %.2f | %s | %s | %d |\n",
+			r.n, r.mode, contenderName(r), r.load1, r.load1End, r.created.Seconds(), r.ready.Seconds(), ratio, n/r.ready.Seconds(), rss, cpu,
 			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.writes()/n, plr, bir, len(r.overCommitted))
 	}
-	for _, r := range results {
-		if r.contender == contenderFloor {
-			p("\nFloor, %d pipelines, %s: last essential write returned at %.1f s, the clock stopped at %.1f s (the last Service with a ready endpoint, or the last write).\n",
-				r.n, r.mode, r.writesDone.Seconds(), r.ready.Seconds())
-		}
+	if len(floor) > 0 {
+		writeVariants(p, results)
 	}
 }
 
@@ -52,8 +86,12 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	if len(cfg.operatorArgs) > 0 {
 		extra = "`" + strings.Join(cfg.operatorArgs, " ") + "`"
 	}
-	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators, %d floor writers; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, cfg.floorWriters, cfg.load, cfg.capacity, cfg.spare)
+	variants := make([]string, len(cfg.variants))
+	for i, v := range cfg.variants {
+		variants[i] = "`" + v.String() + "`"
+	}
+	p("Run at %s on %d CPUs; %d simulated nodes; operator client %s, extra operator arguments %s; %d creators; floor variants %s; every Pipeline %d document/s, class capacity %d per worker, %d spare worker(s) per class.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cfg.nodes, cfg.clientLimits(), extra, cfg.creators, strings.Join(variants, ", "), cfg.load, cfg.capacity, cfg.spare)
 	if len(results) == 0 {
 		p("No run completed.\n")
 		return
@@ -112,7 +150,7 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	})
 	p("| resource | verb |")
 	for _, r := range results {
-		p(" %d %s %s |", r.n, r.mode, r.contender)
+		p(" %d %s %s |", r.n, r.mode, contenderName(r))
 	}
 	p("\n|---|---|%s\n", strings.Repeat("--:|", len(results)))
 	for _, k := range sorted {
@@ -135,7 +173,7 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	p("\nCPU seconds used over the window (2 CPUs shared by all):\n\n")
 	p("| pipelines | service type | contender | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		p("| %d | %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.mode, r.contender, r.load1,
+		p("| %d | %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.mode, contenderName(r), r.load1,
 			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.planeCPU["kube-controller-manager"].Seconds(),
 			r.planeCPU["kube-scheduler"].Seconds(), r.planeCPU["kwok-controller"].Seconds(), r.operatorCPU.Seconds())
 	}
