@@ -98,13 +98,17 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 	}
 
 	writeSummary(p, results)
-	ops := slices.DeleteFunc(slices.Clone(results), func(r *result) bool { return r.contender != contenderOperator })
 	all := results
-	results = ops
-	if len(results) == 0 {
-		results = all
+	results = slices.DeleteFunc(slices.Clone(results), func(r *result) bool { return r.contender != contenderOperator })
+	if len(results) > 0 {
+		writeOperatorDetail(p, cfg, results)
 	}
+	writeAPIAndChecks(p, all)
+}
 
+// writeOperatorDetail writes the operator's runs in detail: times, writes by method, reconciles
+// by controller.
+func writeOperatorDetail(p func(string, ...any), cfg *config, results []*result) {
 	p("\nThe operator runs in detail:\n\n")
 	p("| pipelines | service type | workers per class | all created (s) | all Plotted (s) | all Ready (s) | pipelines/s | Ready latency p50 / p99 (s) | operator peak RSS (MiB) | operator CPU (s) | operator writes per pipeline | POST | PATCH | PUT | DELETE | bindings | Services |\n")
 	p("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -131,8 +135,11 @@ func writeReport(w io.Writer, cfg *config, results []*result) {
 			p("| %d | %s | %s | %.0f | %.2f | %.1f | %.1f |\n", r.n, r.mode, c, count, count/float64(r.n), secs, 1000*secs/max(count, 1))
 		}
 	}
+}
 
-	results = all
+// writeAPIAndChecks writes what every run cost the apiserver and the control plane, and the
+// checks of every run.
+func writeAPIAndChecks(p func(string, ...any), results []*result) {
 	p("\nWrites the apiserver served over the window, per pipeline, from every client (this program's creates, the operator, kube-controller-manager, the scheduler, kwok), by verb and resource:\n\n")
 	keys := map[apiKey]bool{}
 	for _, r := range results {
