@@ -150,7 +150,7 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&contenders, "contenders", "floor,operator", "Comma-separated contenders: floor (the essential writes, no operator), operator.")
 	flag.IntVar(&cfg.floor.writers, "floor-writers", 64, "Goroutines issuing the floor's essential writes, one Pipeline at a time each, with an unthrottled client.")
 	flag.StringVar(&cfg.floor.creators, "floor-creators", creatorsApart, "Who creates the floor's Pipelines: apart (-creators goroutines, handing each to a writer) or writers (each writer creates its next Pipeline itself).")
-	flag.BoolVar(&cfg.floor.fanout, "floor-fanout", false, "Issue each Pipeline's essential writes along their dependency chains in parallel instead of one after the other.")
+	flag.BoolVar(&cfg.floor.fanout, "floor-fanout", true, "Issue each Pipeline's essential writes along their dependency chains in parallel instead of one after the other.")
 	flag.StringVar(&floorConns, "floor-conns", "shared", "The floor's connections to the apiserver: shared (one HTTP/2 connection for every writer) or own (one per writer).")
 	flag.StringVar(&variants, "floor-variants", "", "Comma-separated floor variants to run one after the other on the floor's cluster, reset in between, e.g. 16,64,64:writers,64:fanout,64:own: "+
 		"a number of writers, then optional keywords apart|writers, serial|fanout, shared|own; what a variant leaves out comes from the -floor-* flags. Empty: one floor run of the -floor-* flags.")
