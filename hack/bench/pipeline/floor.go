@@ -462,6 +462,39 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 	ep.started = tr.started
 	ep.mu.Unlock()
 
+	writes, err := runFloorWriters(runCtx, cancel, cfg, res, tr, plan, creatorsClient, writerClients)
+	writersDone := time.Since(tr.started)
+	if err != nil {
+		return err
+	}
+	logf("%s: all created after %s, essential writes done after %s", res.label(), tr.createdAt().Round(time.Millisecond), writersDone.Round(time.Millisecond))
+	if err := waitEndpoints(runCtx, cfg, res, ep); err != nil {
+		return err
+	}
+	res.load1End = loadAverage()
+	apiAfter, err := apiserverWrites(ctx, c.Clientset())
+	if err != nil {
+		return err
+	}
+	res.planeCPU = procstat.ControlPlaneCPU(c.Workdir())
+	for k, d := range planeBefore {
+		res.planeCPU[k] -= d
+	}
+	res.created = tr.createdAt()
+	res.writesDone = writersDone
+	res.lastEndpoint = ep.last()
+	res.ready = max(writersDone, res.lastEndpoint)
+	res.floorWrites = float64(writes)
+	res.apiWrites = diff(apiBefore, apiAfter)
+	logf("%s: done after %.2fs (writes done %.2fs, last endpoint %.2fs), %.1f writes per pipeline (load average %.2f)",
+		res.label(), res.ready.Seconds(), writersDone.Seconds(), res.lastEndpoint.Seconds(), res.floorWrites/float64(n), res.load1End)
+	return countObjects(ctx, admin, cfg, res)
+}
+
+// runFloorWriters creates the Pipelines and issues their essential writes in the shape of
+// res.variant, and returns how many essential writes it issued; the first error cancels the rest.
+func runFloorWriters(ctx context.Context, cancel context.CancelFunc, cfg *config, res *result, tr *tracker, plan [][]worker, creatorsClient client.Client, writerClients []client.Client) (int64, error) {
+	n, v := res.n, res.variant
 	var writes atomic.Int64
 	var mu sync.Mutex
 	var first error
@@ -479,15 +512,15 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 	var wg sync.WaitGroup
 	for i := range v.writers {
 		w := &floorWriter{c: writerClients[i], cfg: cfg, mode: res.mode, fanout: v.fanout}
-		wg.Go(func() {
-			writeOne := func(pl *schedulingv1alpha1.Pipeline) {
-				i, _ := strconv.Atoi(strings.TrimPrefix(pl.Name, "p-"))
-				k, err := w.write(runCtx, pl, plan[i])
-				writes.Add(int64(k))
-				if err != nil {
-					fail(err)
-				}
+		writeOne := func(pl *schedulingv1alpha1.Pipeline) {
+			i, _ := strconv.Atoi(strings.TrimPrefix(pl.Name, "p-"))
+			k, err := w.write(ctx, pl, plan[i])
+			writes.Add(int64(k))
+			if err != nil {
+				fail(err)
 			}
+		}
+		wg.Go(func() {
 			if v.creators == creatorsApart {
 				for pl := range created {
 					writeOne(pl)
@@ -496,7 +529,7 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 			}
 			for i := range next {
 				pl := newPipeline(i, cfg.load)
-				if err := createPipeline(runCtx, w.c, pl); err != nil {
+				if err := createPipeline(ctx, w.c, pl); err != nil {
 					fail(err)
 					return
 				}
@@ -506,7 +539,7 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 		})
 	}
 	if v.creators == creatorsApart {
-		if err := createPipelines(runCtx, creatorsClient, cfg, n, tr, func(p *schedulingv1alpha1.Pipeline) { created <- p }); err != nil {
+		if err := createPipelines(ctx, creatorsClient, cfg, n, tr, func(p *schedulingv1alpha1.Pipeline) { created <- p }); err != nil {
 			fail(err)
 		}
 		close(created)
@@ -517,42 +550,24 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 		close(next)
 	}
 	wg.Wait()
-	writersDone := time.Since(tr.started)
-	if first != nil {
-		return first
-	}
-	logf("%s: all created after %s, essential writes done after %s", res.label(), tr.createdAt().Round(time.Millisecond), writersDone.Round(time.Millisecond))
+	return writes.Load(), first
+}
+
+// waitEndpoints waits until every Service of the run has a ready endpoint, logging progress every
+// ten seconds.
+func waitEndpoints(ctx context.Context, cfg *config, res *result, ep *endpointTracker) error {
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
-wait:
 	for {
 		select {
 		case <-ep.done:
-			break wait
+			return nil
 		case <-tick.C:
 			logf("%s: %d of %d Services have a ready endpoint", res.label(), ep.count(), ep.want)
-		case <-runCtx.Done():
+		case <-ctx.Done():
 			return fmt.Errorf("not all Services had a ready endpoint after %s: %d of %d", cfg.runTimeout, ep.count(), ep.want)
 		}
 	}
-	res.load1End = loadAverage()
-	apiAfter, err := apiserverWrites(ctx, c.Clientset())
-	if err != nil {
-		return err
-	}
-	res.planeCPU = procstat.ControlPlaneCPU(c.Workdir())
-	for k, d := range planeBefore {
-		res.planeCPU[k] -= d
-	}
-	res.created = tr.createdAt()
-	res.writesDone = writersDone
-	res.lastEndpoint = ep.last()
-	res.ready = max(writersDone, res.lastEndpoint)
-	res.floorWrites = float64(writes.Load())
-	res.apiWrites = diff(apiBefore, apiAfter)
-	logf("%s: done after %.2fs (writes done %.2fs, last endpoint %.2fs), %.1f writes per pipeline (load average %.2f)",
-		res.label(), res.ready.Seconds(), writersDone.Seconds(), res.lastEndpoint.Seconds(), res.floorWrites/float64(n), res.load1End)
-	return countObjects(ctx, admin, cfg, res)
 }
 
 // resetFloor deletes what a floor run made (the Pipelines, their bindings, Services and routes)
