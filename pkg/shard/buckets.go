@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +40,11 @@ func (r *Replica) reconcileBuckets(ctx context.Context) {
 		}
 		from := bs.state
 		next, act := decide(from, o)
+		if (act == actTake || act == actDrain && from == StateDraining) && time.Now().Before(bs.retryAt) {
+			// A hook failed just now: back off before trying again.
+			r.mu.Unlock()
+			continue
+		}
 		r.mu.Unlock()
 		if act != actNone || next != from {
 			r.log.V(4).Info("Bucket step", "bucket", b, "from", from, "to", next, "action", act)
@@ -171,8 +177,11 @@ func (r *Replica) startHook(ctx context.Context, b int, s State, fn func(context
 		current := bs.gen == gen
 		if current {
 			bs.hook, bs.cancel = hookSucceeded, nil
+			bs.failures, bs.retryAt = 0, time.Time{}
 			if err != nil {
 				bs.hook = hookFailed
+				bs.failures++
+				bs.retryAt = time.Now().Add(r.backoff(bs.failures))
 			}
 		}
 		bs.busy = false
@@ -236,4 +245,16 @@ func (bs *bucketState) freshest(cached *coordinationv1.Lease) *coordinationv1.Le
 	// The cache has caught up with our writes (or gone past them).
 	bs.written, bs.superseded = nil, nil
 	return cached
+}
+
+// backoff is how long a bucket waits before its next take or drain after failures hooks failed in
+// a row: RenewInterval, doubling, at most LeaseDuration × 5.
+func (r *Replica) backoff(failures int) time.Duration {
+	d := r.t.RenewInterval
+	for range failures - 1 {
+		if d *= 2; d >= 5*r.t.LeaseDuration {
+			return 5 * r.t.LeaseDuration
+		}
+	}
+	return d
 }

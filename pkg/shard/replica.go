@@ -125,6 +125,9 @@ type bucketState struct {
 	gen uint64
 	// busy says a hook's goroutine has not returned yet.
 	busy bool
+	// failures counts the hooks that failed in a row; no take or drain starts before retryAt.
+	failures int
+	retryAt  time.Time
 	// wroteFrom is the resourceVersion of the bucket Lease our last write of it started from:
 	// writing from it again could only conflict.
 	wroteFrom string

@@ -56,6 +56,8 @@ type recordingHooks struct {
 	mu                      sync.Mutex
 	acquires, drains, drops int
 	holding                 map[int]bool // Acquire called and Drop not yet
+	perBucket               map[int]int  // Acquire calls per bucket
+	failAcquire             map[int]int  // how many more Acquires of a bucket fail
 }
 
 func (k *recordingHooks) Acquire(ctx context.Context, g Grant) error {
@@ -66,7 +68,15 @@ func (k *recordingHooks) Acquire(ctx context.Context, g Grant) error {
 		k.h.violate("%s: Acquire of bucket %d before the previous one was dropped", k.id, g.Bucket)
 	}
 	k.holding[g.Bucket] = true
+	k.perBucket[g.Bucket]++
+	fail := k.failAcquire[g.Bucket] > 0
+	if fail {
+		k.failAcquire[g.Bucket]--
+	}
 	k.mu.Unlock()
+	if fail {
+		return errors.New("injected failure")
+	}
 	select {
 	case <-time.After(20 * time.Millisecond):
 		return nil
@@ -158,8 +168,14 @@ func (h *harness) start(id string) *testReplica { return h.startAs(id, id) }
 
 // startAs runs a replica named id that the test calls key: two processes of one replica (a
 // restart) have one id.
-func (h *harness) startAs(key, id string) *testReplica {
-	hooks := &recordingHooks{h: h, id: key, holding: map[int]bool{}}
+func (h *harness) startAs(key, id string) *testReplica { return h.startWith(key, id, nil) }
+
+// startWith is startAs with failures: failAcquire[b] Acquires of bucket b fail first.
+func (h *harness) startWith(key, id string, failAcquire map[int]int) *testReplica {
+	if failAcquire == nil {
+		failAcquire = map[int]int{}
+	}
+	hooks := &recordingHooks{h: h, id: key, holding: map[int]bool{}, perBucket: map[int]int{}, failAcquire: failAcquire}
 	r, err := New(Config{Client: h.cs, Namespace: h.ns, ID: id, Hooks: hooks, Timings: fastTimings, Log: testenv.Logger().WithValues("replica", key),
 		Weight: func(b int) int { return b % 5 }})
 	if err != nil {
@@ -378,4 +394,18 @@ func TestReplicaRestartsUnderItsName(t *testing.T) {
 	old.paused = true
 	h.startAs("b-again", "b")
 	testenv.Eventually(t, "the restarted b takes a share", func() error { return h.ownedBy("a", "b-again") })
+}
+
+// TestAcquireFailureGivesTheBucketBack fails the first two Acquires of a bucket: each time the
+// replica drops it and gives it back, then takes it again after a back-off, and owns it at the
+// third.
+func TestAcquireFailureGivesTheBucketBack(t *testing.T) {
+	h := newHarness(t)
+	a := h.startWith("a", "a", map[int]int{3: 2})
+	testenv.Eventually(t, "a owns every bucket", func() error { return h.ownedBy("a") })
+	a.hooks.mu.Lock()
+	defer a.hooks.mu.Unlock()
+	if a.hooks.perBucket[3] != 3 || !a.hooks.holding[3] {
+		t.Errorf("bucket 3: %d Acquires, held %v; want 3, held", a.hooks.perBucket[3], a.hooks.holding[3])
+	}
 }
