@@ -148,46 +148,23 @@ func (c *coordinator) observe(r *Replica) []*coordinationv1.Lease {
 	return members
 }
 
+// membership is what the coordinator reads from the member Leases in one pass.
+type membership struct {
+	alive   map[string]bool   // incarnations whose member Lease is held and renewed
+	live    []string          // alive and not leaving: those that get buckets
+	current map[string]string // replica id → the holder of its member Lease ("" for none)
+}
+
 // reconcile is one pass of the coordinator: take the member Leases of dead replicas, assign the
 // buckets among the live ones, and write every bucket Lease whose next owner changes, clearing
 // the holder of a bucket whose holder is fenced for good.
 func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 	members := c.observe(r)
-	self := r.Identity()
+	ms := c.members(ctx, r, members)
 	r.mu.Lock()
 	leaving := r.leaving
 	r.mu.Unlock()
-	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
-
-	alive := map[string]bool{} // incarnations whose member Lease is held and renewed
-	current := map[string]string{}
-	var live []string // alive and not leaving: those that get buckets
-	for _, m := range members {
-		h := holderOf(m)
-		current[strings.TrimPrefix(m.Name, MemberLeasePrefix)] = h
-		if h == "" {
-			continue
-		}
-		if c.seen[m.Name].deadFor(r.t) {
-			taken := m.DeepCopy()
-			taken.Spec.HolderIdentity = nil
-			if _, err := leases.Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
-				if !apierrors.IsConflict(err) {
-					r.log.Error(err, "Cannot take the member Lease of a silent replica", "holder", h)
-				}
-				continue
-			}
-			c.fenced[h] = true
-			current[strings.TrimPrefix(m.Name, MemberLeasePrefix)] = ""
-			r.log.Info("Took the member Lease of a silent replica", "holder", h, "silentFor", time.Since(c.seen[m.Name].at).Round(time.Millisecond))
-			continue
-		}
-		alive[h] = true
-		if m.Annotations[LeavingAnnotation] != "true" {
-			live = append(live, h)
-		}
-	}
-	if !leaving && !slices.Contains(live, self) {
+	if !leaving && !slices.Contains(ms.live, r.Identity()) {
 		return // not yet seeing itself in the cache: it would leave itself out
 	}
 
@@ -197,6 +174,66 @@ func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 			buckets[b] = l
 		}
 	}
+	c.readWeights(members, buckets, ms.alive)
+	owners := make([]string, Buckets)
+	for b, l := range buckets {
+		next, holder := nextOwnerOf(l), holderOf(l)
+		switch {
+		case slices.Contains(ms.live, next):
+			owners[b] = next
+		case slices.Contains(ms.live, holder):
+			owners[b] = holder
+		}
+	}
+	target := Assign(c.weights[:], ms.live, owners)
+	for b, l := range buckets {
+		c.writeBucket(ctx, r, b, l, target[b], ms)
+	}
+}
+
+// members classifies the member Leases, taking those silent for LeaseDuration + Margin.
+func (c *coordinator) members(ctx context.Context, r *Replica, members []*coordinationv1.Lease) membership {
+	ms := membership{alive: map[string]bool{}, current: map[string]string{}}
+	for _, m := range members {
+		h := holderOf(m)
+		id := strings.TrimPrefix(m.Name, MemberLeasePrefix)
+		ms.current[id] = h
+		if h == "" {
+			continue
+		}
+		if c.seen[m.Name].deadFor(r.t) {
+			if c.take(ctx, r, m) {
+				ms.current[id] = ""
+			}
+			continue
+		}
+		ms.alive[h] = true
+		if m.Annotations[LeavingAnnotation] != "true" {
+			ms.live = append(ms.live, h)
+		}
+	}
+	return ms
+}
+
+// take writes a silent member's Lease with no holder, from the version seen silent: a renewal
+// that landed meanwhile makes it conflict. The incarnation can never renew again.
+func (c *coordinator) take(ctx context.Context, r *Replica, m *coordinationv1.Lease) bool {
+	h := holderOf(m)
+	taken := m.DeepCopy()
+	taken.Spec.HolderIdentity = nil
+	if _, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
+		if !apierrors.IsConflict(err) {
+			r.log.Error(err, "Cannot take the member Lease of a silent replica", "holder", h)
+		}
+		return false
+	}
+	c.fenced[h] = true
+	r.log.Info("Took the member Lease of a silent replica", "holder", h, "silentFor", time.Since(c.seen[m.Name].at).Round(time.Millisecond))
+	return true
+}
+
+// readWeights takes each bucket's weight from the member Lease of its holder, when alive.
+func (c *coordinator) readWeights(members, buckets []*coordinationv1.Lease, alive map[string]bool) {
 	for _, m := range members {
 		h := holderOf(m)
 		if !alive[h] {
@@ -208,51 +245,43 @@ func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 			}
 		}
 	}
-	owners := make([]string, Buckets)
-	for b, l := range buckets {
-		next, holder := nextOwnerOf(l), holderOf(l)
-		switch {
-		case slices.Contains(live, next):
-			owners[b] = next
-		case slices.Contains(live, holder):
-			owners[b] = holder
-		}
-	}
-	target := Assign(c.weights[:], live, owners)
+}
 
-	for b, l := range buckets {
-		if l == nil {
-			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-				Name: BucketLeaseName(b), Namespace: r.cfg.Namespace,
-				Labels:      map[string]string{LeaseLabel: roleBucket},
-				Annotations: map[string]string{NextOwnerAnnotation: target[b]},
-			}}
-			if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				r.log.Error(err, "Cannot create a bucket Lease", "bucket", b)
-			}
-			continue
+// writeBucket creates bucket b's Lease, or writes its next owner, clearing a holder fenced for
+// good; l is the Lease as cached (nil when missing).
+func (c *coordinator) writeBucket(ctx context.Context, r *Replica, b int, l *coordinationv1.Lease, target string, ms membership) {
+	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
+	if l == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: BucketLeaseName(b), Namespace: r.cfg.Namespace,
+			Labels:      map[string]string{LeaseLabel: roleBucket},
+			Annotations: map[string]string{NextOwnerAnnotation: target},
+		}}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			r.log.Error(err, "Cannot create a bucket Lease", "bucket", b)
 		}
-		holder := holderOf(l)
-		clear := holder != "" && !alive[holder] && c.holderFenced(holder, current, r.t)
-		if nextOwnerOf(l) == target[b] && !clear {
-			continue
-		}
-		w := l.DeepCopy()
-		if w.Annotations == nil {
-			w.Annotations = map[string]string{}
-		}
-		w.Annotations[NextOwnerAnnotation] = target[b]
-		if clear {
-			w.Spec.HolderIdentity = nil
-		}
-		if _, err := leases.Update(ctx, w, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				r.log.Error(err, "Cannot write a bucket Lease", "bucket", b)
-			}
-			continue
-		}
-		r.log.V(2).Info("Moved a bucket", "bucket", b, "holder", holder, "from", l.Annotations[NextOwnerAnnotation], "to", target[b], "clearedHolder", clear)
+		return
 	}
+	holder := holderOf(l)
+	clearHolder := holder != "" && !ms.alive[holder] && c.holderFenced(holder, ms.current, r.t)
+	if nextOwnerOf(l) == target && !clearHolder {
+		return
+	}
+	w := l.DeepCopy()
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[NextOwnerAnnotation] = target
+	if clearHolder {
+		w.Spec.HolderIdentity = nil
+	}
+	if _, err := leases.Update(ctx, w, metav1.UpdateOptions{}); err != nil {
+		if !apierrors.IsConflict(err) {
+			r.log.Error(err, "Cannot write a bucket Lease", "bucket", b)
+		}
+		return
+	}
+	r.log.V(2).Info("Moved a bucket", "bucket", b, "holder", holder, "from", nextOwnerOf(l), "to", target, "clearedHolder", clearHolder)
 }
 
 // holderFenced says whether an incarnation can never write again: this coordinator took its
