@@ -62,8 +62,9 @@ func TestDecide(t *testing.T) {
 }
 
 // TestDecideNeverWritesWithoutHolding walks every state and observation: a state that writes is
-// reached only while the Lease names this incarnation, and owned only from acquiring with a
-// finished Acquire.
+// reached only while the Lease names this incarnation, owned only from acquiring with a finished
+// Acquire, a take only of a free bucket meant for this replica, and a bucket still held is left
+// only through a drain.
 func TestDecideNeverWritesWithoutHolding(t *testing.T) {
 	for from := StateNone; from <= StateClosed; from++ {
 		for bits := range 1 << 5 {
@@ -82,8 +83,11 @@ func TestDecideNeverWritesWithoutHolding(t *testing.T) {
 				if doing == actTake && (!ob.free || !ob.wanted || !ob.member || ob.leaving) {
 					t.Errorf("decide(%s, %+v) takes a bucket it may not", from, ob)
 				}
-				if from.writes() && !to.writes() && to != StateNone && doing != actClose {
+				if from.writes() && !to.writes() && doing != actClose && doing != actDrop {
 					t.Errorf("decide(%s, %+v) = %s, %s: stops writing without dropping", from, ob, to, doing)
+				}
+				if from == StateOwned && to != StateOwned && ob.mine && doing != actDrain {
+					t.Errorf("decide(%s, %+v) = %s, %s: gives up a bucket it holds without draining", from, ob, to, doing)
 				}
 			}
 		}
