@@ -36,7 +36,14 @@ type harness struct {
 	replicas   map[string]*testReplica
 	epochs     [Buckets]int32
 	violations []string
+	dropped    int // violations past the first hundred, counted only
 	sweeps     int
+
+	// gaps are how long buckets went without an owner, by the phase of the test they ended in
+	// (the monitor's own sampling adds up to a sweep's time).
+	phase        string
+	gaps         map[string][]time.Duration
+	unownedSince [Buckets]time.Time
 }
 
 type testReplica struct {
@@ -151,6 +158,10 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) violate(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.violations) >= 100 {
+		h.dropped++
+		return
+	}
 	h.violations = append(h.violations, fmt.Sprintf(format, args...))
 }
 
@@ -238,11 +249,36 @@ func (h *harness) monitor(stop, stopped chan struct{}) {
 			if len(both) > 1 {
 				h.violate("bucket %d owned by %v at once", b, both)
 			}
+			h.noteGap(b, len(both) > 0 || slices.Contains(first, true))
 		}
 		h.mu.Lock()
 		h.sweeps++
 		h.mu.Unlock()
 	}
+}
+
+// noteGap records when bucket b stops having an owner and, when it has one again, how long it had
+// none. A bucket never owned yet (the start) counts too.
+func (h *harness) noteGap(b int, owned bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !owned && h.unownedSince[b].IsZero():
+		h.unownedSince[b] = time.Now()
+	case owned && !h.unownedSince[b].IsZero():
+		if h.gaps == nil {
+			h.gaps = map[string][]time.Duration{}
+		}
+		h.gaps[h.phase] = append(h.gaps[h.phase], time.Since(h.unownedSince[b]))
+		h.unownedSince[b] = time.Time{}
+	}
+}
+
+// setPhase names the phase the gaps that end from now on belong to.
+func (h *harness) setPhase(phase string) {
+	h.mu.Lock()
+	h.phase = phase
+	h.mu.Unlock()
 }
 
 // owners returns, for every bucket, the replicas that own it now.
@@ -309,7 +345,15 @@ func (h *harness) checkViolations() {
 	for _, v := range h.violations {
 		h.t.Error(v)
 	}
+	if h.dropped > 0 {
+		h.t.Errorf("and %d violations more", h.dropped)
+	}
 	h.t.Logf("%d sweeps of every bucket's owners", h.sweeps)
+	for phase, gaps := range h.gaps {
+		slices.Sort(gaps)
+		h.t.Logf("Buckets without an owner, %s: %d gaps, median %s, max %s", phase, len(gaps),
+			gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond))
+	}
 }
 
 // TestReplicasHandOver runs three replicas: they share the buckets; one leaves gracefully and its
@@ -318,10 +362,12 @@ func (h *harness) checkViolations() {
 // bucket have two owners, and every bucket ends owned.
 func TestReplicasHandOver(t *testing.T) {
 	h := newHarness(t)
+	h.setPhase("start")
 	for _, id := range []string{"a", "b", "c"} {
 		h.start(id)
 	}
 	testenv.Eventually(t, "three replicas share the buckets", func() error { return h.ownedBy("a", "b", "c") })
+	h.setPhase("graceful leave")
 
 	// Graceful leave.
 	h.mu.Lock()
@@ -345,6 +391,7 @@ func TestReplicasHandOver(t *testing.T) {
 	testenv.Eventually(t, "two replicas share the buckets", func() error { return h.ownedBy("a", "b") })
 
 	// Join.
+	h.setPhase("join")
 	h.start("d")
 	testenv.Eventually(t, "d takes a share", func() error { return h.ownedBy("a", "b", "d") })
 
@@ -355,12 +402,14 @@ func TestReplicasHandOver(t *testing.T) {
 	h.mu.Unlock()
 	before := a.r.Identity()
 	_, drainsBefore, _ := a.hooks.counts()
+	h.setPhase("paused past the lease")
 	a.r.setPaused(true)
 	a.paused = true
 	testenv.Eventually(t, "b and d own every bucket while a is paused", func() error { return h.ownedBy("b", "d") })
 	if _, drains, _ := a.hooks.counts(); drains != drainsBefore {
 		t.Errorf("a paused drained %d buckets", drains-drainsBefore)
 	}
+	h.setPhase("rejoin")
 	a.r.setPaused(false)
 	a.paused = false
 	testenv.Eventually(t, "a joins again as a new incarnation", func() error {
@@ -372,6 +421,7 @@ func TestReplicasHandOver(t *testing.T) {
 	acquires, _, drops = a.hooks.counts()
 	t.Logf("a: %d acquires, %d drops", acquires, drops)
 
+	h.setPhase("stop")
 	for _, id := range []string{"a", "b", "d"} {
 		h.stop(id)
 	}
