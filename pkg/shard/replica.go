@@ -280,7 +280,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	}()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return fmt.Errorf("sync the %v cache: %w", typ, ctx.Err())
+			if ctx.Err() != nil {
+				return nil // stopped before it joined: nothing to leave
+			}
+			return fmt.Errorf("sync the %v cache", typ)
 		}
 	}
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -458,4 +461,64 @@ func TestAcquireFailureGivesTheBucketBack(t *testing.T) {
 	if a.hooks.perBucket[3] != 3 || !a.hooks.holding[3] {
 		t.Errorf("bucket 3: %d Acquires, held %v; want 3, held", a.hooks.perBucket[3], a.hooks.holding[3])
 	}
+}
+
+// TestReplicasSeededRounds runs seeded rounds of joins, graceful leaves, long pauses (past the
+// lease and the margin: the replica is expelled) and short ones (the fence closes, nothing moves)
+// between one and four replicas, the coordinator included, with the monitor watching throughout.
+// At the end every bucket is owned by exactly one of the replicas left.
+func TestReplicasSeededRounds(t *testing.T) {
+	seed, rounds := uint64(1), 16
+	if v := os.Getenv("SHARD_SEED"); v != "" { // another world: SHARD_SEED=7 go test -run SeededRounds
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SHARD_SEED: %v", err)
+		}
+		seed = n
+	}
+	t.Logf("Seed %d, %d rounds", seed, rounds)
+	h := newHarness(t)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	var running []string
+	next := 0
+	start := func() {
+		key := fmt.Sprintf("r%d", next)
+		next++
+		h.start(key)
+		running = append(running, key)
+	}
+	start()
+	start()
+	for round := range rounds {
+		h.setPhase(fmt.Sprintf("round %d", round))
+		switch op := rng.IntN(4); {
+		case len(running) < 2 || op == 0 && len(running) < 4:
+			start()
+			t.Logf("Round %d: %s joins", round, running[len(running)-1])
+		case op <= 1:
+			i := rng.IntN(len(running))
+			key := running[i]
+			running = slices.Delete(running, i, i+1)
+			t.Logf("Round %d: %s leaves", round, key)
+			h.stop(key)
+		default:
+			key := running[rng.IntN(len(running))]
+			pause := fastTimings.LeaseDuration + fastTimings.Margin + time.Duration(rng.IntN(1000))*time.Millisecond
+			if op == 3 {
+				pause = time.Duration(300+rng.IntN(500)) * time.Millisecond // shorter than the lease
+			}
+			h.mu.Lock()
+			tr := h.replicas[key]
+			h.mu.Unlock()
+			t.Logf("Round %d: %s paused for %s", round, key, pause)
+			tr.r.setPaused(true)
+			tr.paused = true
+			time.Sleep(pause)
+			tr.r.setPaused(false)
+			tr.paused = false
+		}
+		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	}
+	h.setPhase("settle")
+	testenv.Eventually(t, "the replicas left share every bucket", func() error { return h.ownedBy(running...) })
 }
