@@ -64,10 +64,10 @@ func (r *Replica) act(ctx context.Context, b int, l *coordinationv1.Lease, from,
 	case actTake:
 		r.take(ctx, b, l, self)
 	case actAcquire:
-		r.startAcquire(ctx, b, Grant{Bucket: b, Epoch: transitions(l), ResourceVersion: l.ResourceVersion})
+		r.startAcquire(b, Grant{Bucket: b, Epoch: transitions(l), ResourceVersion: l.ResourceVersion})
 	case actDrain:
 		r.log.Info("Draining a bucket", "bucket", b, "nextOwner", l.Annotations[NextOwnerAnnotation])
-		r.startHook(ctx, b, StateDraining, func(ctx context.Context) error { return r.cfg.Hooks.Drain(ctx, b) })
+		r.startHook(b, StateDraining, func(ctx context.Context) error { return r.cfg.Hooks.Drain(ctx, b) })
 	case actClose:
 		r.drop(b, StateClosed)
 		r.release(ctx, b, l)
@@ -113,7 +113,7 @@ func (r *Replica) take(ctx context.Context, b int, l *coordinationv1.Lease, self
 	}
 	r.wrote(b, l, out)
 	r.log.Info("Took a bucket", "bucket", b, "epoch", transitions(out))
-	r.startAcquire(ctx, b, Grant{Bucket: b, Epoch: transitions(out), ResourceVersion: out.ResourceVersion})
+	r.startAcquire(b, Grant{Bucket: b, Epoch: transitions(out), ResourceVersion: out.ResourceVersion})
 }
 
 // release writes the bucket Lease with no holder, keeping the coordinator's next owner.
@@ -149,18 +149,19 @@ func (r *Replica) firstWriteFrom(b int, l *coordinationv1.Lease) bool {
 }
 
 // startAcquire enters acquiring and runs Hooks.Acquire.
-func (r *Replica) startAcquire(ctx context.Context, b int, g Grant) {
+func (r *Replica) startAcquire(b int, g Grant) {
 	r.mu.Lock()
 	r.buckets[b].epoch = g.Epoch
 	r.mu.Unlock()
-	r.startHook(ctx, b, StateAcquiring, func(ctx context.Context) error { return r.cfg.Hooks.Acquire(ctx, g) })
+	r.startHook(b, StateAcquiring, func(ctx context.Context) error { return r.cfg.Hooks.Acquire(ctx, g) })
 }
 
-// startHook enters state s and runs fn, a hook, in a goroutine of its own; its result is the
+// startHook enters state s and runs fn, a hook, in a goroutine of its own, under the replica's run
+// context (cancelled when Run returns, or when the bucket is dropped); its result is the
 // bucket's hook state when it returns, unless the bucket was dropped meanwhile, in which case the
 // goroutine calls Drop itself, after the hook has returned.
-func (r *Replica) startHook(ctx context.Context, b int, s State, fn func(context.Context) error) {
-	hctx, cancel := context.WithCancel(ctx)
+func (r *Replica) startHook(b int, s State, fn func(context.Context) error) {
+	hctx, cancel := context.WithCancel(r.runCtx)
 	r.mu.Lock()
 	bs := &r.buckets[b]
 	bs.state, bs.hook, bs.cancel, bs.busy = s, hookRunning, cancel, true

@@ -42,7 +42,10 @@ func (r *Replica) renewLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		r.pauseMu.RLock()
-		r.renewOnce(ctx)
+		// A renewal answered after a lease could not keep the fence open anyway.
+		once, cancel := context.WithTimeout(ctx, r.t.LeaseDuration)
+		r.renewOnce(once)
+		cancel()
 		r.pauseMu.RUnlock()
 		select {
 		case <-ctx.Done():

@@ -147,6 +147,8 @@ type Replica struct {
 
 	leases coordinationlisters.LeaseNamespaceLister
 	kick   chan struct{}
+	// runCtx lives until Run returns; the hooks run under it.
+	runCtx context.Context
 
 	mu      sync.Mutex
 	self    string // this incarnation's holder identity
@@ -261,6 +263,7 @@ func (r *Replica) States() [Buckets]State {
 func (r *Replica) Run(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
+	r.runCtx = runCtx
 	factory := informers.NewSharedInformerFactoryWithOptions(r.cfg.Client, 0,
 		informers.WithNamespace(r.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LeaseLabel }))
@@ -325,7 +328,10 @@ func (r *Replica) loop(ctx, runCtx context.Context) {
 	defer tick.Stop()
 	for {
 		r.pauseMu.RLock()
-		done := r.reconcile(runCtx)
+		// A write that hangs must not hold the loop: past a lease it is useless anyway.
+		pass, cancel := context.WithTimeout(runCtx, r.t.LeaseDuration)
+		done := r.reconcile(pass)
+		cancel()
 		r.pauseMu.RUnlock()
 		if done {
 			return
