@@ -40,7 +40,7 @@ func (s *ringState) reconcile(ctx context.Context, r *Replica) {
 		}
 		sent := time.Now()
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: RingLease, Namespace: r.cfg.Namespace, Labels: map[string]string{LeaseLabel: roleRing}}}
-		s.write(ctx, r, sent, func() (*coordinationv1.Lease, error) {
+		s.write(r, sent, func() (*coordinationv1.Lease, error) {
 			return leases.Create(ctx, s.stamp(l, self, r.t), metav1.CreateOptions{})
 		})
 		return
@@ -55,7 +55,7 @@ func (s *ringState) reconcile(ctx context.Context, r *Replica) {
 			return
 		}
 		sent := time.Now()
-		if !s.write(ctx, r, sent, func() (*coordinationv1.Lease, error) {
+		if !s.write(r, sent, func() (*coordinationv1.Lease, error) {
 			return leases.Update(ctx, s.stamp(s.lease, self, r.t), metav1.UpdateOptions{})
 		}) {
 			s.lease, s.renewed = nil, time.Time{} // lost it, or the cache will tell
@@ -72,7 +72,7 @@ func (s *ringState) reconcile(ctx context.Context, r *Replica) {
 		return
 	}
 	sent := time.Now()
-	if s.write(ctx, r, sent, func() (*coordinationv1.Lease, error) {
+	if s.write(r, sent, func() (*coordinationv1.Lease, error) {
 		return leases.Update(ctx, s.stamp(cur, self, r.t), metav1.UpdateOptions{})
 	}) {
 		r.log.Info("Coordinating the ring", "identity", self, "previous", holder)
@@ -93,7 +93,8 @@ func (s *ringState) stamp(base *coordinationv1.Lease, self string, t Timings) *c
 	return l
 }
 
-func (s *ringState) write(ctx context.Context, r *Replica, sent time.Time, do func() (*coordinationv1.Lease, error)) bool {
+// write runs do, a write of the ring Lease sent at sent, and records its outcome.
+func (s *ringState) write(r *Replica, sent time.Time, do func() (*coordinationv1.Lease, error)) bool {
 	out, err := do()
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
