@@ -245,8 +245,7 @@ func TestSpecChangeStopsTheCreates(t *testing.T) {
 	set := newSet("w").Replicas(200).Obj()
 	const changeAt = 20
 	creates := 0
-	var c client.WithWatch
-	c = newFakeClient(&interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	c := newFakeClient(&interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		if _, ok := obj.(*corev1.Pod); ok {
 			creates++
 			if creates == changeAt {

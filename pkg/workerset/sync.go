@@ -179,7 +179,7 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.conflicts = append(p.conflicts, why)
 			waiting = true
 		case !ok:
-			if !(ordered && waiting) {
+			if !ordered || !waiting {
 				p.creates = append(p.creates, newPodCreate(s, ordinal))
 			}
 			waiting = true
