@@ -197,14 +197,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.readBoundPods(ctx, s)
 		r.writeRoutes(ctx, s, &o)
 	}
-	status := computeStatus(s, in, p, o)
+	status, recheck := computeStatus(s, in, p, o)
 	if err := r.writeStatus(ctx, pl, status); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil // a newer copy is in the cache: look again
 		}
 		return ctrl.Result{}, err
 	}
-	return r.requeue(req.NamespacedName, status, p, o)
+	res, err := r.requeue(req.NamespacedName, status, p, o)
+	if err == nil && recheck > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > recheck) {
+		res.RequeueAfter = recheck
+	}
+	return res, err
 }
 
 // requeue says when to look again. A write the API server refused is an error, so the
