@@ -110,9 +110,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
+			// Not Expected.Forget: a Service event can come before the cache shows the new binding
+			// whose Service the Pipeline controller just made; an expectation runs out by itself.
 			r.serviceProblems.Delete(req.NamespacedName)
 			r.pace.Forget(req.NamespacedName)
-			r.Expected.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -85,7 +85,7 @@ func (n *ExpectedServices) Wait(key types.NamespacedName) time.Duration {
 	return left
 }
 
-// Forget drops the binding's entry: its Service is in the cache, or the binding is gone.
+// Forget drops the binding's entry: its Service is in the cache, or the binding is being deleted.
 func (n *ExpectedServices) Forget(key types.NamespacedName) {
 	if n == nil {
 		return

@@ -498,6 +498,16 @@ func TestReconcileWaitsForExpectedService(t *testing.T) {
 			w := newWorld(t, nil, b, workerPod("green-1"))
 			w.r.Expected = NewExpectedServices(func() time.Time { return w.now })
 			w.r.Expected.Expect(client.ObjectKeyFromObject(b))
+			// An event of its Service or its slices can come before the cache shows the binding.
+			if err := w.api.Delete(context.Background(), b.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.reconcile(t, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.api.Create(context.Background(), newBinding()); err != nil {
+				t.Fatal(err)
+			}
 			res, err := w.reconcile(t, b)
 			if err != nil || res.RequeueAfter != NewServiceWait || w.writes != 0 || w.service(t, b.Name) != nil {
 				t.Fatalf("while the Service is expected: result %+v, err %v, %d writes, Service %v; want a wait of %v and no write",
