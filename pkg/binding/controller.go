@@ -57,6 +57,9 @@ type Reconciler struct {
 
 	// Allocator names a WorkerClass's bindings when the class changes.
 	Allocator ClassBindings
+	// Expected are the Services the Pipeline controller is creating for new bindings: a binding
+	// whose Service is expected waits for it instead of creating it. Nil expects none.
+	Expected *ExpectedServices
 
 	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
 	pace            conveyorstatus.Pace
@@ -107,6 +110,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
+			// Not Expected.Forget: a Service event can come before the cache shows the new binding
+			// whose Service the Pipeline controller just made; an expectation runs out by itself.
 			r.serviceProblems.Delete(req.NamespacedName)
 			r.pace.Forget(req.NamespacedName)
 		}
@@ -114,11 +119,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("pipelineBinding", klog.KObj(b)))
 	if b.DeletionTimestamp != nil {
+		r.Expected.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	svc, svcErr := r.syncService(ctx, b)
 	if apierrors.IsConflict(svcErr) {
 		return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil
+	}
+	if svc.expected > 0 {
+		// The Pipeline controller is creating this binding's Service: its event brings the binding
+		// back, and the wait is the bound.
+		return ctrl.Result{RequeueAfter: svc.expected}, nil
 	}
 
 	var pod *corev1.Pod // read only, shared with the cache
@@ -144,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	st, recheck := bindingStatus(b, pod, ReadyEndpointPods(slices), svc, r.Now(), r.DeadEndGrace)
-	if wait := firstStatusWait(b, st, svcErr, r.Now()); wait > 0 {
+	if wait := firstStatusWait(b, st, svc, svcErr, r.Now()); wait > 0 {
 		// A new binding whose endpoint is simply not ready yet: its first status is written when
 		// the endpoint is (the EndpointSlice's event brings it back), or after the wait.
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -168,21 +179,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: recheck}, nil
 }
 
-// FirstStatusWait is how long a new binding whose endpoint is not ready yet goes without a status:
-// most endpoints are ready within it, and then the binding's first status write is its Ready one,
-// not a Pending one followed by Ready. A problem (a Service that cannot be made, a Pod gone) is
-// written at once.
+// FirstStatusWait is how long a new binding whose endpoint is not ready yet goes without a status,
+// counted from its Service's creation (or the binding's, if later): most endpoints are ready within
+// it, and then the binding's first status write is its Ready one, not a Pending one followed by
+// Ready. A problem (a Service that cannot be made, a Pod gone) is written at once.
 const FirstStatusWait = 5 * time.Second
 
 // firstStatusWait says how long to hold back a new binding's first status, zero to write it now.
-func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, svcErr error, now time.Time) time.Duration {
+func firstStatusWait(b *schedulingv1alpha1.PipelineBinding, st schedulingv1alpha1.PipelineBindingStatus, svc serviceState, svcErr error, now time.Time) time.Duration {
 	if b.Status.Phase != "" || svcErr != nil || st.Phase != schedulingv1alpha1.BindingPending {
 		return 0
 	}
 	if c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.BindingReadyCondition); c == nil || c.Reason != schedulingv1alpha1.ReasonEndpointNotReady {
 		return 0
 	}
-	return conveyorstatus.Remaining(b.CreationTimestamp.Time, FirstStatusWait, now)
+	// The endpoint can only be listed once the Service exists: a Service made late (the queue was
+	// long) gets the whole window.
+	start := b.CreationTimestamp.Time
+	if svc.created.After(start) {
+		start = svc.created
+	}
+	return conveyorstatus.Remaining(start, FirstStatusWait, now)
 }
 
 // InTheWayRecheck is how often a binding or pipeline blocked by an object it does not own (a

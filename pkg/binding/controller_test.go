@@ -90,23 +90,27 @@ func TestFirstStatusWait(t *testing.T) {
 	written.Status.Phase = schedulingv1alpha1.BindingPending
 	old := fresh.DeepCopy()
 	old.CreationTimestamp = metav1.Time{Time: t0.Add(-time.Minute)}
+	svcLate := serviceState{created: t0.Add(-time.Second)} // made 1 s after the binding
 	tests := []struct {
 		name string
 		b    *schedulingv1alpha1.PipelineBinding
 		st   schedulingv1alpha1.PipelineBindingStatus
+		svc  serviceState
 		err  error
 		want time.Duration
 	}{
-		{"a new binding waiting for its endpoint holds its first status back", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 3 * time.Second},
-		{"Ready is written at once", fresh, schedulingv1alpha1.PipelineBindingStatus{Phase: schedulingv1alpha1.BindingReady}, nil, 0},
-		{"a Service problem is written at once", fresh, pending(schedulingv1alpha1.ReasonServiceFailed), nil, 0},
-		{"a failed Service write is written at once", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), errors.New("quota"), 0},
-		{"a binding with a status already", written, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 0},
-		{"past the wait", old, pending(schedulingv1alpha1.ReasonEndpointNotReady), nil, 0},
+		{"a new binding waiting for its endpoint holds its first status back", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), serviceState{}, nil, 3 * time.Second},
+		{"the wait counts from the Service's creation when it came later", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), svcLate, nil, 4 * time.Second},
+		{"a Service made late gives an old binding the whole wait", old, pending(schedulingv1alpha1.ReasonEndpointNotReady), svcLate, nil, 4 * time.Second},
+		{"Ready is written at once", fresh, schedulingv1alpha1.PipelineBindingStatus{Phase: schedulingv1alpha1.BindingReady}, serviceState{}, nil, 0},
+		{"a Service problem is written at once", fresh, pending(schedulingv1alpha1.ReasonServiceFailed), serviceState{}, nil, 0},
+		{"a failed Service write is written at once", fresh, pending(schedulingv1alpha1.ReasonEndpointNotReady), serviceState{}, errors.New("quota"), 0},
+		{"a binding with a status already", written, pending(schedulingv1alpha1.ReasonEndpointNotReady), serviceState{}, nil, 0},
+		{"past the wait", old, pending(schedulingv1alpha1.ReasonEndpointNotReady), serviceState{created: old.CreationTimestamp.Time}, nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := firstStatusWait(tt.b, tt.st, tt.err, t0); got != tt.want {
+			if got := firstStatusWait(tt.b, tt.st, tt.svc, tt.err, t0); got != tt.want {
 				t.Errorf("firstStatusWait = %v, want %v", got, tt.want)
 			}
 		})

@@ -463,3 +463,73 @@ func TestSliceOfTheNewServiceCounts(t *testing.T) {
 		t.Fatalf("phase %s, Ready condition %+v: the new Service's own slice lists green-1", got.Status.Phase, readyReason(t, got))
 	}
 }
+
+// TestReconcileWaitsForExpectedService: a new binding whose Service the Pipeline controller is
+// creating does not race that create with its own; the Service's event brings it back. It creates
+// the Service itself once that create failed, or once the wait is over.
+func TestReconcileWaitsForExpectedService(t *testing.T) {
+	newBinding := func() *schedulingv1alpha1.PipelineBinding {
+		b := fixtures.MakePipelineBinding("ns", "p", "second").Class("green").Pod("green-1").Obj()
+		b.UID, b.Generation = "b-uid", 1
+		b.Spec.PodUID = "green-1-uid"
+		b.CreationTimestamp = metav1.NewTime(t0)
+		return b
+	}
+	for _, tt := range []struct {
+		name string
+		// then happens after the first reconcile
+		then       func(w *world, b *schedulingv1alpha1.PipelineBinding)
+		wantCreate bool // the binding controller creates the Service after then
+	}{
+		{"the expected Service arrives", func(w *world, b *schedulingv1alpha1.PipelineBinding) {
+			svc := ownService(b, schedulingv1alpha1.ServiceHeadless, true)
+			svc.CreationTimestamp = metav1.NewTime(w.now)
+			if err := w.api.Create(context.Background(), svc); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"the Pipeline controller's create failed", func(w *world, b *schedulingv1alpha1.PipelineBinding) {
+			w.r.Expected.Done(client.ObjectKeyFromObject(b), forbidden("quota"))
+		}, true},
+		{"the wait is over", func(w *world, _ *schedulingv1alpha1.PipelineBinding) { w.now = w.now.Add(NewServiceWait) }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBinding()
+			w := newWorld(t, nil, b, workerPod("green-1"))
+			w.r.Expected = NewExpectedServices(func() time.Time { return w.now })
+			w.r.Expected.Expect(client.ObjectKeyFromObject(b))
+			// An event of its Service or its slices can come before the cache shows the binding.
+			if err := w.api.Delete(context.Background(), b.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.reconcile(t, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.api.Create(context.Background(), newBinding()); err != nil {
+				t.Fatal(err)
+			}
+			res, err := w.reconcile(t, b)
+			if err != nil || res.RequeueAfter != NewServiceWait || w.writes != 0 || w.service(t, b.Name) != nil {
+				t.Fatalf("while the Service is expected: result %+v, err %v, %d writes, Service %v; want a wait of %v and no write",
+					res, err, w.writes, w.service(t, b.Name), NewServiceWait)
+			}
+			tt.then(w, b)
+			if _, err := w.reconcile(t, b); err != nil {
+				t.Fatal(err)
+			}
+			svc := w.service(t, b.Name)
+			switch {
+			case svc == nil:
+				t.Fatal("no Service")
+			case !metav1.IsControlledBy(svc, b):
+				t.Errorf("Service owners %v", svc.OwnerReferences)
+			}
+			if created := w.writes > 0; created != tt.wantCreate {
+				t.Errorf("the binding controller wrote %d times; want it to create the Service: %v", w.writes, tt.wantCreate)
+			}
+			if n := w.r.Expected.len(); n != 0 {
+				t.Errorf("%d expected Services left", n)
+			}
+		})
+	}
+}

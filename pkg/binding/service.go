@@ -44,6 +44,9 @@ type serviceState struct {
 	// serviceType, or it was deleted while the binding was Ready); relabeled says it was just given
 	// back its labels. Until its EndpointSlice lists the Pod, the status says so.
 	recreated, relabeled string
+	// expected: the Service is not in the cache and the Pipeline controller is creating it; the
+	// binding waits this long at most for its event.
+	expected time.Duration
 }
 
 // ClassPorts and ClassServiceType read a class's Service settings; a missing class (the Pipeline is
@@ -190,6 +193,11 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 			return serviceState{}, fmt.Errorf("get service %s: %w", b.Name, err)
 		}
 		cur = nil
+	}
+	if cur != nil {
+		r.Expected.Forget(client.ObjectKeyFromObject(b))
+	} else if wait := r.Expected.Wait(client.ObjectKeyFromObject(b)); wait > 0 {
+		return serviceState{expected: wait}, nil
 	}
 	st, err := r.writeService(ctx, b, wc, cur)
 	if apierrors.IsConflict(err) {

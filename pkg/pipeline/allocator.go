@@ -121,6 +121,9 @@ type bindingState struct {
 	observedUID           types.UID // the incarnation the cache shows
 	present               bool      // the cache shows the binding
 	pending               []*Reservation
+	// awaited: a reconcile of its pipeline found one of its writes not in the cache yet, and waits
+	// to be woken when the cache shows it (Observe). Nothing else waits for a write to settle.
+	awaited bool
 	// counted is what the binding contributes to the workers now: the union of the observed and
 	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map); nothing
 	// while its Pipeline is unknown or gone.

@@ -287,3 +287,29 @@ func TestAllocatorLookupsFollowTheInformers(t *testing.T) {
 		t.Errorf("after the delete, PipelinesOfClass(blue) = %v, want %v", got, want)
 	}
 }
+
+// The cache showing a pipeline's binding write wakes the pipeline only if a reconcile of it found
+// the write missing and waits for it: the reconcile that wrote it computed its status from what
+// the API server returned, and nothing else waits.
+func TestAllocatorWakesOnlyAPipelineThatWaitsForItsWrites(t *testing.T) {
+	for _, waited := range []bool{false, true} {
+		a := greenWorld(t, 1)
+		var woken []string
+		a.SetHooks(func(_, name string) { woken = append(woken, name) }, nil)
+		pa := allocPipeline("a", 5, "green")
+		a.OnPipeline(pa, false)
+		p := a.Place(pa, []StageRequest{{Stage: "s0", Binding: "a-s0", Class: "green", Load: 5}}, true)
+		a.Settle(p.Reservations[0], wrote(1, ""), nil)
+		if waited && a.Observe("ns", []string{"a-s0"}, nil) {
+			t.Fatal("settled before the cache shows the write")
+		}
+		woken = nil
+		a.OnBinding(allocBinding("a", "s0", "green", "green-0", 5, 1), false)
+		if want := waited; (len(woken) == 1 && woken[0] == "a") != want || len(woken) > 1 {
+			t.Errorf("a reconcile waited: %v; woken %v", waited, woken)
+		}
+		if !a.Observe("ns", []string{"a-s0"}, nil) {
+			t.Error("not settled once the cache shows the write")
+		}
+	}
+}

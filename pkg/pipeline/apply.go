@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 )
 
 // apply.go is the only writer of a Pipeline's bindings. It carries out a writePlan, reports every
@@ -25,11 +27,14 @@ type stageError struct {
 
 // outcome is what the writes of one reconcile did.
 type outcome struct {
-	written  map[string]bool // stages whose binding writes applied this round
-	raced    bool            // a write found the cache behind (Conflict, AlreadyExists): look again
-	failed   []stageError    // writes the API server refused, by stage
-	errs     []error         // deletes and routes writes that failed
-	routesIn string          // the routes ConfigMap cannot be written: an object is in the way
+	written map[string]bool // stages whose binding writes applied this round
+	// services are the creates of the new bindings' Services, still under way when apply returns:
+	// they overlap the routes and status writes, and the reconcile waits for them before it ends.
+	services *sync.WaitGroup
+	raced    bool         // a write found the cache behind (Conflict, AlreadyExists): look again
+	failed   []stageError // writes the API server refused, by stage
+	errs     []error      // deletes and routes writes that failed
+	routesIn string       // the routes ConfigMap cannot be written: an object is in the way
 }
 
 // ok says every write applied.
@@ -38,7 +43,7 @@ func (o *outcome) ok() bool { return !o.raced && len(o.failed) == 0 && len(o.err
 // apply writes the plan: deletes the stale bindings, unsets, then binds; a failed first placement
 // is rolled back when the plan says so.
 func (r *Reconciler) apply(ctx context.Context, s *pipelineScope, p writePlan) outcome {
-	o := outcome{written: map[string]bool{}}
+	o := outcome{written: map[string]bool{}, services: &sync.WaitGroup{}}
 	if p.conflict != "" {
 		r.Recorder.Eventf(s.pipeline, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventBindingNameTaken, "Place", "%s", p.conflict)
 		return o
@@ -87,14 +92,23 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 	for i := range writes {
 		w := &writes[i]
 		wg.Go(func() {
-			if w.obj.ResourceVersion == "" {
-				if w.err = controllerutil.SetControllerReference(s.pipeline, w.obj, r.Scheme()); w.err == nil {
-					w.err = r.Create(ctx, w.obj)
-				}
-			} else {
+			if w.obj.ResourceVersion != "" {
 				w.err = r.Update(ctx, w.obj)
+				r.Allocator.Settle(w.res, w.obj, w.err)
+				return
+			}
+			key := client.ObjectKeyFromObject(w.obj)
+			r.ExpectedServices.Expect(key)
+			if w.err = controllerutil.SetControllerReference(s.pipeline, w.obj, r.Scheme()); w.err == nil {
+				w.err = r.Create(ctx, w.obj)
 			}
 			r.Allocator.Settle(w.res, w.obj, w.err)
+			if w.err != nil {
+				r.ExpectedServices.Done(key, w.err)
+				return
+			}
+			created := w.obj // read only from here on, by this round's routes and status as well
+			o.services.Go(func() { r.createService(ctx, s, created) })
 		})
 	}
 	wg.Wait()
@@ -114,6 +128,22 @@ func (r *Reconciler) writeBindings(ctx context.Context, s *pipelineScope, writes
 			o.failed = append(o.failed, stageError{stage: w.stage, err: w.err})
 		}
 	}
+}
+
+// createService creates a new binding's Service as the binding controller would, one hop earlier:
+// the binding controller waits for it (binding.ExpectedServices) and keeps it from then on. A create
+// that fails is left to the binding controller, which reports a Service problem in the binding's
+// status; it is not a failure of the pipeline's writes.
+func (r *Reconciler) createService(ctx context.Context, s *pipelineScope, b *schedulingv1alpha1.PipelineBinding) {
+	key := client.ObjectKeyFromObject(b)
+	svc, err := binding.NewService(b, s.classes[b.Spec.Class], r.Scheme())
+	if err == nil {
+		err = r.Create(ctx, svc)
+	}
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(4).Info("Left the new binding's Service to the binding controller", "binding", b.Name, "err", err)
+	}
+	r.ExpectedServices.Done(key, err)
 }
 
 // deleteStale deletes the bindings of stages no longer in the spec.

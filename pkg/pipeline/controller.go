@@ -53,6 +53,9 @@ type Reconciler struct {
 	// APIReader reads from the API server directly, past the cache: a class created just before
 	// its pipeline, and a pipeline whose cached status is older than the one this controller wrote.
 	APIReader client.Reader
+	// ExpectedServices tells the binding controller of the Services this controller creates for
+	// the bindings it creates (nil: it tells nothing; the Services are created all the same).
+	ExpectedServices *binding.ExpectedServices
 
 	// statuses remembers the status this controller last wrote for each pipeline, so a
 	// decision is never taken from a cached copy older than it.
@@ -71,6 +74,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller and its watches. A Pipeline wakes on its own spec,
@@ -84,7 +88,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipeline").
 		For(&schedulingv1alpha1.Pipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(bindingChangedForPipeline())).
+		Owns(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(r.bindingChangedForPipeline())).
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(deletedOnly())).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToPipelines), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(r.allocatorSource()).
@@ -103,8 +107,12 @@ func (r *Reconciler) allocatorSource() source.Source {
 }
 
 // bindingChangedForPipeline passes the binding events a Pipeline's status reads: creation,
-// deletion, a new spec, a new phase, or a new Ready condition message.
-func bindingChangedForPipeline() predicate.Predicate {
+// deletion, a new spec, a new phase, or a new Ready condition message; except a binding that only
+// goes from waiting for its endpoint to waiting still, or to Ready while another binding of its
+// Pipeline still waits. The status says "waiting for the bindings' endpoints" before and after
+// such a change, and the last binding to be Ready passes (the cache shows its siblings' changes by
+// the time its own event is handled).
+func (r *Reconciler) bindingChangedForPipeline() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*schedulingv1alpha1.PipelineBinding)
@@ -112,12 +120,49 @@ func bindingChangedForPipeline() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return o.Generation != n.Generation || o.Status.Phase != n.Status.Phase ||
+			changed := o.Generation != n.Generation || o.Status.Phase != n.Status.Phase ||
 				o.Status.ObservedGeneration != n.Status.ObservedGeneration ||
 				!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
 				schedulingv1alpha1.BindingReadyMessage(o) != schedulingv1alpha1.BindingReadyMessage(n)
+			if !changed || o.Generation != n.Generation || !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !waitingForEndpoint(o) {
+				return changed
+			}
+			switch {
+			case waitingForEndpoint(n):
+				return false
+			case n.Status.Phase == schedulingv1alpha1.BindingReady:
+				return !r.siblingWaits(n)
+			}
+			return true
 		},
 	}
+}
+
+// waitingForEndpoint says the binding is placed and simply waits for its endpoint: no phase yet, or
+// Pending without a problem of its Service's own. The Pipeline's status counts such bindings
+// without naming them (countStages).
+func waitingForEndpoint(b *schedulingv1alpha1.PipelineBinding) bool {
+	return b.Spec.Pod != "" && b.DeletionTimestamp == nil &&
+		(b.Status.Phase == "" || b.Status.Phase == schedulingv1alpha1.BindingPending) &&
+		binding.Problem(b) == "" && !binding.ServiceDown(b)
+}
+
+// siblingWaits says another binding of the same Pipeline, as the cache shows it, waits for its
+// endpoint.
+func (r *Reconciler) siblingWaits(b *schedulingv1alpha1.PipelineBinding) bool {
+	for _, name := range r.Allocator.PipelineBindings(b.Namespace, b.Spec.Pipeline) {
+		if name == b.Name {
+			continue
+		}
+		other := &schedulingv1alpha1.PipelineBinding{}
+		if err := r.Get(context.Background(), types.NamespacedName{Namespace: b.Namespace, Name: name}, other); err != nil {
+			continue
+		}
+		if other.Spec.Pipeline == b.Spec.Pipeline && waitingForEndpoint(other) {
+			return true
+		}
+	}
+	return false
 }
 
 // deletedOnly passes deletes only: the routes ConfigMap is rewritten when it goes away.
@@ -193,18 +238,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p := planWrites(s, in, a, placement)
 	o := r.apply(ctx, s, p)
+	defer o.services.Wait()
 	if in.invalid == nil {
 		r.readBoundPods(ctx, s)
 		r.writeRoutes(ctx, s, &o)
 	}
-	status := computeStatus(s, in, p, o)
+	status, recheck := computeStatus(s, in, p, o)
 	if err := r.writeStatus(ctx, pl, status); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: r.pace.Conflict(req.NamespacedName)}, nil // a newer copy is in the cache: look again
 		}
 		return ctrl.Result{}, err
 	}
-	return r.requeue(req.NamespacedName, status, p, o)
+	res, err := r.requeue(req.NamespacedName, status, p, o)
+	if err == nil && recheck > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > recheck) {
+		res.RequeueAfter = recheck
+	}
+	return res, err
 }
 
 // requeue says when to look again. A write the API server refused is an error, so the

@@ -18,10 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
@@ -350,3 +352,87 @@ func bumpGeneration(ctx context.Context, c client.WithWatch, obj client.Object, 
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// A new binding's Service is created by the reconcile that creates the binding, as the binding
+// controller would make it (the class's mode, controlled by the binding), and the binding controller
+// is told to wait for it; a refused Service create is left to the binding controller and is not a
+// failure of the pipeline's writes.
+func TestNewBindingsServiceIsCreatedWithIt(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		h := newHarness(t, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Service); ok && refuse {
+				return apierrors.NewForbidden(corev1.Resource("services"), obj.GetName(), errString("exceeded quota"))
+			}
+			return c.Create(ctx, obj, opts...)
+		}}, fixtures.MakeWorkerClass(tableNS, "blue").Capacity(10).ServiceType(schedulingv1alpha1.ServiceClusterIP).Obj(),
+			fixtures.ReadyWorkerPod(tableNS, "blue", 0), pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue")))
+		h.r.ExpectedServices = binding.NewExpectedServices(nil)
+		if _, err := h.reconcile("a"); err != nil {
+			t.Fatal(err)
+		}
+		if p := h.pipeline("a"); p.Status.Phase != schedulingv1alpha1.PipelinePlotted {
+			t.Errorf("refused %v: phase %s, want Plotted", refuse, p.Status.Phase)
+		}
+		b := get(h, "a-first", &schedulingv1alpha1.PipelineBinding{})
+		svc := &corev1.Service{}
+		err := h.c.Get(context.Background(), types.NamespacedName{Namespace: tableNS, Name: "a-first"}, svc)
+		wait := h.r.ExpectedServices.Wait(client.ObjectKeyFromObject(b))
+		switch {
+		case refuse && (!apierrors.IsNotFound(err) || wait != 0):
+			t.Errorf("refused: Service %v (%v), binding controller waits %v; want none, no wait", svc.Name, err, wait)
+		case refuse:
+		case err != nil:
+			t.Fatalf("no Service: %v", err)
+		case !metav1.IsControlledBy(svc, b) || svc.Spec.Selector[appsv1alpha1.PodNameLabel] != "blue-0" || binding.IsHeadless(svc) ||
+			svc.Labels[schedulingv1alpha1.PipelineLabel] != "a" || svc.Labels[schedulingv1alpha1.StageLabel] != "first":
+			t.Errorf("Service %+v", svc)
+		case wait <= 0:
+			t.Error("the binding controller does not wait for the Service")
+		}
+	}
+}
+
+// A binding that goes from waiting for its endpoint to Ready wakes its Pipeline only when no other
+// binding of the Pipeline still waits: the status reads the same until the last one is Ready. Every
+// other change the status reads wakes it.
+func TestBindingEventsThatWakeThePipeline(t *testing.T) {
+	waiting := func(stage, phase string) *schedulingv1alpha1.PipelineBinding {
+		b := fixtures.MakePipelineBinding(tableNS, "a", stage).Class("blue").Pod("blue-0").Phase(schedulingv1alpha1.BindingPhase(phase)).Generation(1).Obj()
+		if phase == string(schedulingv1alpha1.BindingPending) {
+			bindingNotReady(schedulingv1alpha1.ReasonEndpointNotReady)(b)
+		}
+		return b
+	}
+	ready := func(stage string) *schedulingv1alpha1.PipelineBinding {
+		return waiting(stage, string(schedulingv1alpha1.BindingReady))
+	}
+	recreated := waiting("first", string(schedulingv1alpha1.BindingPending))
+	bindingNotReady(schedulingv1alpha1.ReasonServiceRecreated)(recreated)
+	moved := ready("first")
+	moved.Generation, moved.Spec.Pod = 2, "blue-1"
+	for _, tt := range []struct {
+		name     string
+		sibling  *schedulingv1alpha1.PipelineBinding
+		old, new *schedulingv1alpha1.PipelineBinding
+		want     bool
+	}{
+		{"its first status, still waiting", waiting("second", ""), waiting("first", ""), waiting("first", "Pending"), false},
+		{"Ready while a sibling waits", waiting("second", "Pending"), waiting("first", "Pending"), ready("first"), false},
+		{"Ready while a sibling has no status yet", waiting("second", ""), waiting("first", ""), ready("first"), false},
+		{"the last one Ready", ready("second"), waiting("first", "Pending"), ready("first"), true},
+		{"Ready beside a DeadEnd sibling", waiting("second", "DeadEnd"), waiting("first", "Pending"), ready("first"), true},
+		{"its Service re-created", waiting("second", "Pending"), waiting("first", "Pending"), recreated, true},
+		{"out of Ready", waiting("second", "Pending"), ready("first"), waiting("first", "Pending"), true},
+		{"DeadEnd", waiting("second", "Pending"), waiting("first", "Pending"), waiting("first", "DeadEnd"), true},
+		{"a new spec", ready("second"), ready("first"), moved, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, interceptor.Funcs{}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0),
+				pipelineIn(schedulingv1alpha1.PipelinePlotted, 1, 1, fixtures.MakePipeline(tableNS, "a").Load(1).Chain("blue", "blue")),
+				tt.new, tt.sibling)
+			if got := h.r.bindingChangedForPipeline().Update(event.UpdateEvent{ObjectOld: tt.old, ObjectNew: tt.new}); got != tt.want {
+				t.Errorf("wakes the pipeline: %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -171,7 +171,8 @@ func (s *nsState) countRequestLocked(p *pipelineState, sign int64, fx *effects) 
 }
 
 // OnBinding records a binding as the cache shows it (deleted: it is gone from the cache). A write
-// it shows wakes the binding's pipeline, which waits for its writes to be visible.
+// it shows wakes the binding's pipeline if a reconcile of it waits for its writes to be visible;
+// a pipeline whose reconcile did not have to wait is not woken for nothing.
 func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted bool) {
 	s := a.lock(b.Namespace, !deleted)
 	if s == nil {
@@ -180,7 +181,8 @@ func (a *Allocator) OnBinding(b *schedulingv1alpha1.PipelineBinding, deleted boo
 	var fx effects
 	defer a.unlock(s, &fx)
 	bs := s.bindingLocked(b.Name, b.Spec.Pipeline, b.Spec.Class)
-	if s.recordLocked(bs, b, deleted, &fx) && bs.pipeline != "" {
+	if s.recordLocked(bs, b, deleted, &fx) && bs.awaited && bs.pipeline != "" {
+		bs.awaited = false
 		fx.pipelines = append(fx.pipelines, bs.pipeline)
 	}
 }

@@ -295,6 +295,7 @@ func (a *Allocator) Observe(namespace string, names []string, cached []*scheduli
 			s.settleLocked(bs, &fx)
 			if len(bs.pending) > 0 {
 				settled = false
+				bs.awaited = true // OnBinding wakes the pipeline when the cache shows the write
 			}
 		}
 	}

@@ -96,6 +96,20 @@ func (r *sequenceRecorder) of(name string) []string {
 	return slices.Clone(r.seen[name])
 }
 
+// until waits until the last value recorded for the object is last (a watch delivers a write a
+// little after a read shows it) and returns the values recorded so far.
+func (r *sequenceRecorder) until(t *testing.T, name, last string) []string {
+	t.Helper()
+	var got []string
+	eventually(t, fmt.Sprintf("%s recorded as %s", name, last), func() error {
+		if got = r.of(name); len(got) == 0 || got[len(got)-1] != last {
+			return fmt.Errorf("recorded %v", got)
+		}
+		return nil
+	})
+	return got
+}
+
 // since returns the values recorded after the first n.
 func (r *sequenceRecorder) since(name string, n int) []string {
 	all := r.of(name)
@@ -172,7 +186,7 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 	if want := map[string]string{"first": "blue-0", "second": "green-0", "third": "yellow-0"}; fmt.Sprint(p.Status.Bindings) != fmt.Sprint(want) {
 		t.Errorf("first bound to %v, want %v", p.Status.Bindings, want)
 	}
-	if got := phases.of("first"); !slices.Equal(got, []string{"Pending", "Plotted", "Ready"}) {
+	if got := phases.until(t, "first", "Ready"); !slices.Equal(got, []string{"Pending", "Plotted", "Ready"}) {
 		t.Errorf("first went through %v, want [Pending Plotted Ready]", got)
 	}
 
@@ -182,7 +196,7 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 	if want := map[string]string{"first": "blue-0", "second": "green-1", "third": "yellow-0"}; fmt.Sprint(p.Status.Bindings) != fmt.Sprint(want) {
 		t.Errorf("second bound to %v, want %v", p.Status.Bindings, want)
 	}
-	if got := phases.of("second"); !slices.Equal(got, []string{"Plotted", "Ready"}) {
+	if got := phases.until(t, "second", "Ready"); !slices.Equal(got, []string{"Plotted", "Ready"}) {
 		t.Errorf("second went through %v, want [Plotted Ready]", got)
 	}
 
@@ -213,7 +227,7 @@ func TestIntegrationOriginalScenario(t *testing.T) {
 	if p.Status.Bindings["second"] != "green-2" {
 		t.Errorf("third's green stage on %s, want green-2", p.Status.Bindings["second"])
 	}
-	if got := phases.of("third"); !slices.Equal(got, []string{"Pending", "Plotted", "Ready"}) {
+	if got := phases.until(t, "third", "Ready"); !slices.Equal(got, []string{"Pending", "Plotted", "Ready"}) {
 		t.Errorf("third went through %v, want [Pending Plotted Ready]", got)
 	}
 
@@ -442,7 +456,7 @@ func TestIntegrationDrainMovesBindings(t *testing.T) {
 		t.Errorf("c's green stage on %s after the drain, want green-0", p.Status.Bindings["second"])
 	}
 	for _, name := range []string{"b", "c"} {
-		if got := phases.of(name); !slices.Equal(got, []string{"Plotted", "Ready"}) {
+		if got := phases.until(t, name, "Ready"); !slices.Equal(got, []string{"Plotted", "Ready"}) {
 			t.Errorf("%s went through %v, want [Plotted Ready]: a drain must not take it out of Ready", name, got)
 		}
 	}

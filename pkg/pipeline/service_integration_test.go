@@ -132,7 +132,7 @@ func TestIntegrationServiceTypeSwitch(t *testing.T) {
 		old[name] = svc.UID
 	}
 
-	before := map[string]int{"a": len(phases.of("a")), "b": len(phases.of("b"))}
+	before := map[string]int{"a": len(phases.until(t, "a", "Ready")), "b": len(phases.until(t, "b", "Ready"))}
 	wc := getClass(t, ns, "green")
 	patch := client.MergeFrom(wc.DeepCopy())
 	wc.Spec.ServiceType = schedulingv1alpha1.ServiceHeadless

@@ -40,15 +40,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := RegisterAllocator(ctx, mgr, alloc); err != nil {
 		return nil, err
 	}
+	// The Pipeline controller creates each new binding's Service; the binding controller waits for
+	// it instead of racing it.
+	expected := binding.NewExpectedServices(nil)
 	if err := (&Reconciler{
 		Client: c, Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.Concurrency,
-		Allocator: alloc, APIReader: mgr.GetAPIReader(),
+		Allocator: alloc, APIReader: mgr.GetAPIReader(), ExpectedServices: expected,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipeline controller: %w", err)
 	}
 	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
-		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(),
+		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}

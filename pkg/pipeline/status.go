@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,11 +13,16 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/binding"
 )
 
+// readyRecheck is how soon a pipeline held at Plotted with every binding Ready looks again: no
+// binding event is coming to wake it.
+const readyRecheck = 100 * time.Millisecond
+
 // computeStatus derives the phase and every condition from the snapshot (its bindings as they are
 // after the writes), the intent, the plan and what the writes did. observedGeneration moves only
 // when every write applied and the spec is carried out. The phase only moves forward through the
-// state machine (nextPhase).
-func computeStatus(s *pipelineScope, in intent, p writePlan, o outcome) schedulingv1alpha1.PipelineStatus {
+// state machine (nextPhase). It also says how soon to look again when the phase was held at
+// Plotted with every binding Ready (zero otherwise).
+func computeStatus(s *pipelineScope, in intent, p writePlan, o outcome) (schedulingv1alpha1.PipelineStatus, time.Duration) {
 	pl := s.pipeline
 	st := schedulingv1alpha1.PipelineStatus{
 		ObservedGeneration: pl.Status.ObservedGeneration,
@@ -38,7 +44,7 @@ func computeStatus(s *pipelineScope, in intent, p writePlan, o outcome) scheduli
 		set(schedulingv1alpha1.PipelineValid, false, in.invalid.reason, in.invalid.message)
 		set(schedulingv1alpha1.PipelineSchedulable, false, in.invalid.reason, "an invalid pipeline is not placed")
 		set(schedulingv1alpha1.PipelineReadyCondition, false, in.invalid.reason, "an invalid pipeline is not placed")
-		return st
+		return st, 0
 	}
 	set(schedulingv1alpha1.PipelineValid, true, schedulingv1alpha1.ReasonValid, fmt.Sprintf("%d stages, no cycle, every class exists", len(pl.Spec.Workers)))
 
@@ -72,12 +78,19 @@ func computeStatus(s *pipelineScope, in intent, p writePlan, o outcome) scheduli
 		phase = schedulingv1alpha1.PipelinePending
 	}
 	st.Phase = nextPhase(pl.Status.Phase, phase, len(o.written) > 0 || pl.Generation != pl.Status.ObservedGeneration || c.serviceDown)
-	if st.Phase == schedulingv1alpha1.PipelineReady {
+	var recheck time.Duration
+	switch {
+	case st.Phase == schedulingv1alpha1.PipelineReady:
 		set(schedulingv1alpha1.PipelineReadyCondition, true, schedulingv1alpha1.ReasonBindingsReady, fmt.Sprintf("all %d bindings are Ready", total))
-	} else {
+	case phase == schedulingv1alpha1.PipelineReady:
+		// Held at Plotted for one round: every binding is Ready, and no binding event will come to
+		// move it on.
+		recheck = readyRecheck
+		set(schedulingv1alpha1.PipelineReadyCondition, false, schedulingv1alpha1.ReasonBindingsNotReady, fmt.Sprintf("all %d bindings are Ready; the pipeline is Plotted first", total))
+	default:
 		set(schedulingv1alpha1.PipelineReadyCondition, false, schedulingv1alpha1.ReasonBindingsNotReady, "not Ready: "+strings.Join(c.notReady, ", "))
 	}
-	return st
+	return st, recheck
 }
 
 // stageCounts is how the stages stand after the writes.
@@ -170,9 +183,15 @@ func schedulability(in intent, p writePlan, o outcome, c stageCounts) (reason, m
 // Ready → Broken → Plotted → Ready, and Invalid or Pending from anywhere. A Ready pipeline whose
 // bindings this round did not change is not sent back to Plotted by a binding status that lags (a
 // stale endpoint read): it stays Ready until a binding is DeadEnd (Broken) or its spec changes.
+// Ready is entered from Plotted only: a pipeline whose bindings are all Ready by the time a round
+// computes its status straight after a placement or a repair (the round that wrote Plotted lost its
+// status write, or the bindings became Ready before a round looked) is Plotted first.
 func nextPhase(old, computed schedulingv1alpha1.PipelinePhase, changed bool) schedulingv1alpha1.PipelinePhase {
-	if old == schedulingv1alpha1.PipelineReady && computed == schedulingv1alpha1.PipelinePlotted && !changed {
+	switch {
+	case old == schedulingv1alpha1.PipelineReady && computed == schedulingv1alpha1.PipelinePlotted && !changed:
 		return schedulingv1alpha1.PipelineReady
+	case computed == schedulingv1alpha1.PipelineReady && old != schedulingv1alpha1.PipelineReady && old != schedulingv1alpha1.PipelinePlotted:
+		return schedulingv1alpha1.PipelinePlotted
 	}
 	return computed
 }

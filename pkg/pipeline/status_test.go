@@ -38,6 +38,7 @@ func TestComputeStatus(t *testing.T) {
 		schedReason  string
 		schedMessage string // a substring
 		observed     int64
+		recheck      bool // held at Plotted with every binding Ready: look again soon
 	}{
 		{
 			name:  "a first placement written in full is Plotted, and observes its generation",
@@ -83,6 +84,18 @@ func TestComputeStatus(t *testing.T) {
 			plan:    func(intent) writePlan { return writePlan{} },
 			outcome: outcome{written: map[string]bool{"second": true}},
 			phase:   schedulingv1alpha1.PipelinePlotted, schedReason: schedulingv1alpha1.ReasonPlaced, observed: 1,
+		},
+		{
+			name:  "a Broken pipeline whose repaired bindings are all Ready already is Plotted first, and looks again soon",
+			s:     at(schedulingv1alpha1.PipelineBroken, 1, 1, 5).bound("first", "blue-0", ready).bound("second", "green-1", ready).obj(),
+			plan:  func(intent) writePlan { return writePlan{} },
+			phase: schedulingv1alpha1.PipelinePlotted, schedReason: schedulingv1alpha1.ReasonPlaced, observed: 1, recheck: true,
+		},
+		{
+			name:  "a first placement whose bindings are all Ready already is Plotted first, and looks again soon",
+			s:     at(schedulingv1alpha1.PipelinePending, 1, 1, 5).bound("first", "blue-0", ready).bound("second", "green-0", ready).obj(),
+			plan:  func(intent) writePlan { return writePlan{} },
+			phase: schedulingv1alpha1.PipelinePlotted, schedReason: schedulingv1alpha1.ReasonPlaced, observed: 1, recheck: true,
 		},
 		{
 			name:  "every stage lost and unset while it waits: the pipeline stays Broken, never Pending",
@@ -137,11 +150,14 @@ func TestComputeStatus(t *testing.T) {
 			if tt.outcome.written == nil {
 				tt.outcome.written = map[string]bool{}
 			}
-			st := computeStatus(tt.s, in, tt.plan(in), tt.outcome)
+			st, recheck := computeStatus(tt.s, in, tt.plan(in), tt.outcome)
 			c := meta.FindStatusCondition(st.Conditions, schedulingv1alpha1.PipelineSchedulable)
 			if st.Phase != tt.phase || c == nil || c.Reason != tt.schedReason || !strings.Contains(c.Message, tt.schedMessage) || st.ObservedGeneration != tt.observed {
 				t.Errorf("phase %s, Schedulable %+v, observedGeneration %d; want %s, %s containing %q, %d",
 					st.Phase, c, st.ObservedGeneration, tt.phase, tt.schedReason, tt.schedMessage, tt.observed)
+			}
+			if (recheck > 0) != tt.recheck {
+				t.Errorf("recheck %v, want one: %v", recheck, tt.recheck)
 			}
 			checkStatusInvariants(t, tt.s, st)
 		})
@@ -159,6 +175,9 @@ func checkStatusInvariants(t *testing.T, s *pipelineScope, st schedulingv1alpha1
 	}
 	if established(s.pipeline) && st.Phase == schedulingv1alpha1.PipelinePending {
 		t.Errorf("an established pipeline (%s) went back to Pending", s.pipeline.Status.Phase)
+	}
+	if old := s.pipeline.Status.Phase; st.Phase == schedulingv1alpha1.PipelineReady && old != schedulingv1alpha1.PipelineReady && old != schedulingv1alpha1.PipelinePlotted {
+		t.Errorf("Ready straight from %q: Ready is entered from Plotted only", old)
 	}
 	if st.Phase == schedulingv1alpha1.PipelineReady {
 		// Ready holds through a lagging endpoint read (nextPhase), never through a binding that
@@ -182,6 +201,14 @@ func TestNextPhase(t *testing.T) {
 		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineBroken, false, schedulingv1alpha1.PipelineBroken},
 		{schedulingv1alpha1.PipelineBroken, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
 		{schedulingv1alpha1.PipelinePending, schedulingv1alpha1.PipelinePlotted, false, schedulingv1alpha1.PipelinePlotted},
+		{schedulingv1alpha1.PipelinePlotted, schedulingv1alpha1.PipelineReady, false, schedulingv1alpha1.PipelineReady},
+		{schedulingv1alpha1.PipelineReady, schedulingv1alpha1.PipelineReady, true, schedulingv1alpha1.PipelineReady},
+		// Ready only from Plotted: a repair or a first placement whose bindings are all Ready by
+		// the time the status is computed is Plotted first.
+		{schedulingv1alpha1.PipelineBroken, schedulingv1alpha1.PipelineReady, true, schedulingv1alpha1.PipelinePlotted},
+		{schedulingv1alpha1.PipelineBroken, schedulingv1alpha1.PipelineReady, false, schedulingv1alpha1.PipelinePlotted},
+		{schedulingv1alpha1.PipelinePending, schedulingv1alpha1.PipelineReady, true, schedulingv1alpha1.PipelinePlotted},
+		{"", schedulingv1alpha1.PipelineReady, true, schedulingv1alpha1.PipelinePlotted},
 	} {
 		if got := nextPhase(tt.old, tt.computed, tt.changed); got != tt.want {
 			t.Errorf("nextPhase(%s, %s, changed=%v) = %s, want %s", tt.old, tt.computed, tt.changed, got, tt.want)

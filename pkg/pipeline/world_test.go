@@ -41,6 +41,7 @@ import (
 //   - a DeadEnd binding leads its pipeline to Broken before it is Ready again;
 //   - a drain never takes a pipeline out of Ready;
 //   - a stale read never moves a phase backwards;
+//   - no reconcile takes a pipeline to Ready from any phase but Plotted;
 //   - and at the end, with room made for every pipeline, every pipeline that fits is Ready.
 
 const worldNS = "sim"
@@ -774,10 +775,18 @@ func (w *world) reconcile(name string) {
 			}
 		}
 	}
+	before := &schedulingv1alpha1.Pipeline{}
+	if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, before) != nil {
+		before = nil
+	}
 	res, err := w.r.Reconcile(ctrl.LoggerInto(w.ctx, ctrl.Log), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: worldNS, Name: name}})
 	pl := &schedulingv1alpha1.Pipeline{}
 	if w.truth.Get(w.ctx, types.NamespacedName{Namespace: worldNS, Name: name}, pl) == nil {
 		w.history[name] = append(w.history[name], fmt.Sprintf("%d:%s(err=%v)", w.step, pl.Status.Phase, err != nil))
+		if old := before; old != nil && old.UID == pl.UID && pl.Status.Phase == schedulingv1alpha1.PipelineReady &&
+			old.Status.Phase != schedulingv1alpha1.PipelineReady && old.Status.Phase != schedulingv1alpha1.PipelinePlotted {
+			w.t.Fatalf("step %d: one reconcile took pipeline %s from %q to Ready: Ready is entered from Plotted only%s", w.step, name, old.Status.Phase, w.dump(name))
+		}
 	}
 	if err != nil || (res.RequeueAfter > 0 && res.RequeueAfter <= unsettledRecheck) {
 		w.woken[name] = true // the workqueue would run it again shortly

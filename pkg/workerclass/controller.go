@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -51,6 +52,9 @@ type Reconciler struct {
 	Now            func() time.Time
 
 	pace conveyorstatus.Pace
+	// scheduled are the classes whose numbers changed and whose reconcile is queued for later
+	// (classChanged): one queued reconcile covers every change until it reads the numbers.
+	scheduled sync.Map // types.NamespacedName → struct{}
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=workerclasses,verbs=get;list;watch
@@ -83,12 +87,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			// The numbers change with every placement: one reconcile per class per StatusInterval
 			// at most (the delaying queue keeps one entry per key), not one per change.
-			r.Allocator.SetHooks(nil, func(namespace, class string) {
-				q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: class}}, r.StatusInterval)
-			})
+			r.Allocator.SetHooks(nil, r.classChanged(q))
 			return nil
 		})).
 		Complete(r)
+}
+
+// classChanged is the allocator's hook for a class whose numbers changed: it queues the class's
+// reconcile StatusInterval later, once until that reconcile starts. The numbers change with every
+// placement; each AddAfter would cost the delaying queue's goroutine a step (and count as a retry
+// in its metrics) for a reconcile already queued.
+func (r *Reconciler) classChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request]) func(namespace, class string) {
+	return func(namespace, class string) {
+		key := types.NamespacedName{Namespace: namespace, Name: class}
+		if _, queued := r.scheduled.LoadOrStore(key, struct{}{}); queued {
+			return
+		}
+		q.AddAfter(reconcile.Request{NamespacedName: key}, r.StatusInterval)
+	}
 }
 
 func (r *Reconciler) setToClasses(ctx context.Context, o client.Object) []reconcile.Request {
@@ -107,6 +123,8 @@ func (r *Reconciler) setToClasses(ctx context.Context, o client.Object) []reconc
 
 // Reconcile computes one WorkerClass's status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// A change from here on queues the class again: this reconcile may read the numbers before it.
+	r.scheduled.Delete(req.NamespacedName)
 	wc := &schedulingv1alpha1.WorkerClass{}
 	if err := r.Get(ctx, req.NamespacedName, wc); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -9,10 +9,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
@@ -178,5 +181,39 @@ func TestReconcilePacesNumbers(t *testing.T) {
 	}
 	if wait := w.r.pace.Wait(req.NamespacedName, time.Second, w.now); wait != 0 {
 		t.Errorf("a deleted class is still paced: wait %v", wait)
+	}
+}
+
+// countingQueue counts the delayed adds of a workqueue.
+type countingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after []reconcile.Request
+}
+
+func (q *countingQueue) AddAfter(r reconcile.Request, _ time.Duration) { q.after = append(q.after, r) }
+
+// A burst of changes to a class's numbers queues one delayed reconcile, not one per change; a
+// change once that reconcile has started queues the next one.
+func TestClassChangesQueueOneReconcile(t *testing.T) {
+	r := &Reconciler{StatusInterval: time.Second}
+	q := &countingQueue{}
+	changed := r.classChanged(q)
+	for range 100 {
+		changed("ns", "green")
+	}
+	changed("ns", "blue")
+	if len(q.after) != 2 {
+		t.Fatalf("%d delayed adds for 101 changes of two classes, want 2", len(q.after))
+	}
+	// The reconcile of green starts (the class is gone here: it returns at once); it lets the
+	// next change through before it reads the numbers.
+	r.Client = fake.NewClientBuilder().WithScheme(testenv.Scheme()).Build()
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "green"}}); err != nil {
+		t.Fatal(err)
+	}
+	changed("ns", "green")
+	changed("ns", "blue")
+	if len(q.after) != 3 {
+		t.Errorf("%d delayed adds, want 3: green once more after its reconcile started, blue still queued", len(q.after))
 	}
 }

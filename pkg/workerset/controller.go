@@ -39,6 +39,10 @@ const (
 
 	// podOwnerIndex indexes Pods by the name of the WorkerSet that controls them.
 	podOwnerIndex = ".metadata.workerSetController"
+	// podUnownedIndex indexes Pods by the WorkerSet their label names, when no WorkerSet of that
+	// name controls them: orphans a set adopts, or Pods that hold one of its names. A set finds
+	// them without reading all of its own Pods a second time.
+	podUnownedIndex = ".metadata.workerSetUnowned"
 
 	// expectationsRecheck is the safety net while writes are unobserved; normally the watch event
 	// of the write itself triggers the next reconcile first.
@@ -68,6 +72,7 @@ type Reconciler struct {
 	expectations *expectations
 	control      *podControl
 	pace         conveyorstatus.Pace
+	readiness    readinessGate
 }
 
 // RBAC: only the verbs the code uses (status is written by patch only). The finalizers subresource
@@ -90,6 +95,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
 		return fmt.Errorf("index pods by workerset: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podUnownedIndex, indexPodUnowned); err != nil {
+		return fmt.Errorf("index unowned pods by workerset label: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -122,6 +130,16 @@ func indexPodOwner(obj client.Object) []string {
 	return []string{ref.Name}
 }
 
+// indexPodUnowned indexes a Pod under the WorkerSet its label names when no WorkerSet of that name
+// controls it; with podOwnerIndex, every Pod a set must know of is under one of the two.
+func indexPodUnowned(obj client.Object) []string {
+	name := obj.GetLabels()[appsv1alpha1.WorkerSetLabel]
+	if name == "" || slices.Contains(indexPodOwner(obj), name) {
+		return nil
+	}
+	return []string{name}
+}
+
 // podEvents handles the Pod watch: it settles expectations from the events themselves (as
 // upstream's ControllerExpectations), then enqueues the set that controls the Pod, or, for a Pod
 // with a set's label that the set does not control (an orphan to adopt, or a Pod holding one of
@@ -143,11 +161,22 @@ func (r *Reconciler) podEvents() handler.EventHandler {
 			enqueue(q, e.Object)
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if key, ok := podController(e.ObjectNew); ok && e.ObjectNew.GetDeletionTimestamp() != nil {
+			key, controlled := podController(e.ObjectNew)
+			if controlled && e.ObjectNew.GetDeletionTimestamp() != nil {
 				r.expectations.DeletionObserved(key, e.ObjectNew.GetUID())
 			}
 			if !podChangedForSet(e.ObjectOld, e.ObjectNew) {
 				return // a container status, an IP, a resourceVersion: nothing the set decides on
+			}
+			if controlled {
+				if delta, ok := readinessOnly(e.ObjectOld, e.ObjectNew); ok {
+					if wait := r.readiness.holdBack(key, delta, r.pace.Wait(key, statusInterval, r.Now())); wait > 0 {
+						// Only the status counts this Pod's readiness, and its next write is
+						// not due yet: the reconcile that writes it sees this change too.
+						q.AddAfter(reconcile.Request{NamespacedName: key}, wait)
+						return
+					}
+				}
 			}
 			enqueue(q, e.ObjectNew)
 			if e.ObjectOld != nil {
@@ -220,6 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.expectations.Forget(req.NamespacedName)
 			r.pace.Forget(req.NamespacedName)
+			r.readiness.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -258,7 +288,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	p := decide(s)
-	writeErr := r.control.apply(ctx, s, p)
+	r.readiness.record(s, p)
+	writeErr := r.control.apply(ctx, s, p, func() bool { return r.specChanged(ctx, set) })
 	if len(p.conflicts) > 0 {
 		// A Pod the set cannot adopt holds a name; look again in case it went unseen (a Pod
 		// without the set's label does not trigger a reconcile when it goes).
@@ -329,6 +360,18 @@ func soonest(a, b time.Duration) time.Duration {
 	return a
 }
 
+// specChanged says the cache shows the set with another spec than the one the reconcile read
+// (its generation moved), or deleted: the rest of the reconcile's creates and deletes are for a
+// spec that no longer holds. The change has enqueued the set again, so the next reconcile plans
+// anew. An error reading the cache changes nothing.
+func (r *Reconciler) specChanged(ctx context.Context, set *appsv1alpha1.WorkerSet) bool {
+	latest := &appsv1alpha1.WorkerSet{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(set), latest); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return latest.UID != set.UID || latest.Generation != set.Generation || latest.DeletionTimestamp != nil
+}
+
 // settleFromCache settles the set's expectations against its Pods (and, if a claim write is
 // outstanding, its claims) in the cache, for writes whose watch events have not been handled yet
 // (or were lost), and says whether none is outstanding. It reads without copying.
@@ -392,10 +435,11 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
-	// Pods with the set's label that it does not control: orphans to adopt, or names taken.
+	// Pods with the set's label that no set of its name controls: orphans to adopt, or names
+	// taken. Pods of an earlier set of the same name are among the first list.
 	labelled := &corev1.PodList{}
-	if err := r.List(ctx, labelled, inSet...); err != nil {
-		return nil, fmt.Errorf("list pods by label: %w", err)
+	if err := r.List(ctx, labelled, client.InNamespace(set.Namespace), client.MatchingFields{podUnownedIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list unowned pods: %w", err)
 	}
 	for _, list := range [][]corev1.Pod{pods.Items, labelled.Items} {
 		for i := range list {

@@ -203,6 +203,35 @@ func TestPodEventsEnqueue(t *testing.T) {
 	}
 }
 
+// TestPodIndexes: every Pod a set must know of is under its name in exactly one of the two
+// indexes: the Pods a set of its name controls (its own, or an earlier set's awaiting the garbage
+// collector) by owner, the others with its label (orphans, Pods of other controllers) by label.
+func TestPodIndexes(t *testing.T) {
+	set := newSet("w").Obj()
+	owned := newPod(set, &set.Spec.Template, 0, "rev")
+	earlier := owned.DeepCopy()
+	earlier.OwnerReferences[0].UID = "earlier-set"
+	orphan := owned.DeepCopy()
+	orphan.OwnerReferences = nil
+	foreign := owned.DeepCopy()
+	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: new(true)}}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-1"}}
+	for name, tt := range map[string]struct {
+		pod            *corev1.Pod
+		owner, unowned []string
+	}{
+		"owned": {owned, []string{"w"}, nil}, "an earlier set's": {earlier, []string{"w"}, nil},
+		"orphan": {orphan, nil, []string{"w"}}, "foreign with the label": {foreign, nil, []string{"w"}}, "unrelated": {plain, nil, nil},
+	} {
+		if got := indexPodOwner(tt.pod); !slices.Equal(got, tt.owner) {
+			t.Errorf("%s: owner index %v, want %v", name, got, tt.owner)
+		}
+		if got := indexPodUnowned(tt.pod); !slices.Equal(got, tt.unowned) {
+			t.Errorf("%s: unowned index %v, want %v", name, got, tt.unowned)
+		}
+	}
+}
+
 func TestPodChangedForSet(t *testing.T) {
 	base := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "w-0", UID: "a", Labels: map[string]string{"x": "1"}},

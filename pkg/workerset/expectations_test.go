@@ -97,20 +97,28 @@ func TestWindow(t *testing.T) {
 		name          string
 		n, limit      int
 		failAt        int // -1: every call succeeds
+		stopAfter     int // stop says so once this many calls started; -1: never
 		wantOK        int
 		wantCalls     int // -1: not checked exactly (calls in flight at the failure finish)
 		wantMaxFlight int // the most calls in flight at once must not exceed this
 	}{
-		{"all succeed", 200, 16, -1, 200, 200, 16},
-		{"a limit of one is sequential", 20, 1, 4, 4, 5, 1},
-		{"the first call fails alone", 20, 16, 0, 0, 1, 1},
-		{"a failure stops the rest", 200, 16, 30, -1, -1, 16},
+		{"all succeed", 200, 16, -1, -1, 200, 200, 16},
+		{"a limit of one is sequential", 20, 1, 4, -1, 4, 5, 1},
+		{"the first call fails alone", 20, 16, 0, -1, 0, 1, 1},
+		{"a failure stops the rest", 200, 16, 30, -1, -1, -1, 16},
+		{"a stop ends the starts", 200, 16, -1, 30, 30, 30, 16},
+		{"a stop before the first call starts none", 200, 16, -1, 0, 0, 0, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
 			started, finished, succeeded, maxFlight, calls := 0, 0, 0, 0, 0
 			var violations []string
-			ok, err := window(tt.n, tt.limit, func(i int) error {
+			stop := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return tt.stopAfter >= 0 && started >= tt.stopAfter
+			}
+			ok, err := window(tt.n, tt.limit, stop, func(i int) error {
 				mu.Lock()
 				started++
 				calls++

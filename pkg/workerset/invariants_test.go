@@ -23,17 +23,20 @@ func checkInvariants(t *testing.T, s *scope, p *plan) {
 	replicas := replicasOf(s.set)
 	seen := map[string]bool{}
 	for _, c := range p.creates {
-		o := ordinalOf(s.set, c.pod.Name)
+		o := ordinalOf(s.set, c.name)
 		if o < 0 || o >= replicas {
-			t.Errorf("invariant: create of %s is outside ordinals [0, %d)", c.pod.Name, replicas)
+			t.Errorf("invariant: create of %s is outside ordinals [0, %d)", c.name, replicas)
+		}
+		if o != c.ordinal || s.buildPod(c).Name != c.name {
+			t.Errorf("invariant: create of %s names ordinal %d", c.name, c.ordinal)
 		}
 		if _, exists := s.pods[o]; exists {
-			t.Errorf("invariant: create of %s, which exists", c.pod.Name)
+			t.Errorf("invariant: create of %s, which exists", c.name)
 		}
-		if seen[c.pod.Name] {
-			t.Errorf("invariant: %s created twice in one plan", c.pod.Name)
+		if seen[c.name] {
+			t.Errorf("invariant: %s created twice in one plan", c.name)
 		}
-		seen[c.pod.Name] = true
+		seen[c.name] = true
 	}
 	for _, d := range p.deletes {
 		o := ordinalOf(s.set, d.pod.Name)
@@ -93,7 +96,7 @@ func (w *world) apply(p *plan) {
 			w.s.claims[claim.Name] = claim
 		}
 		w.nextID++
-		pod := c.pod.DeepCopy()
+		pod := w.s.buildPod(c)
 		pod.UID = types.UID(fmt.Sprint(w.nextID))
 		pod.Status.Phase = corev1.PodPending
 		w.s.pods[ordinalOf(w.s.set, pod.Name)] = pod

@@ -6,12 +6,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
@@ -109,11 +114,17 @@ func TestStatusConflictRetriesWithBackoff(t *testing.T) {
 
 // TestPendingExpectationsReadOnlyTheSetsPods: while writes are unobserved, a reconcile reads
 // nothing but the set's own Pods (to settle what the watch events have not) and decides nothing.
+// Once settled, it reads the set's Pods once: Pods it does not control come from an index of their
+// own, never from a second list of every Pod with the set's label.
 func TestPendingExpectationsReadOnlyTheSetsPods(t *testing.T) {
 	set := newSet("w").Replicas(2).VolumeClaim("data", "", "1Gi").Obj()
 	lists := map[string]int{}
+	podsByLabel := 0
 	funcs := &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 		lists[typeName(list)]++
+		if _, ok := list.(*corev1.PodList); ok && (&client.ListOptions{}).ApplyOptions(opts).LabelSelector != nil {
+			podsByLabel++
+		}
 		return c.List(ctx, list, opts...)
 	}}
 	c := newFakeClient(funcs, storedCopies(set)...)
@@ -137,6 +148,126 @@ func TestPendingExpectationsReadOnlyTheSetsPods(t *testing.T) {
 	if lists["*v1.ControllerRevisionList"] != 1 || lists["*v1.PersistentVolumeClaimList"] != 1 {
 		t.Errorf("lists %v once settled, want the whole scope read", lists)
 	}
+	if podsByLabel > 0 {
+		t.Errorf("%d lists of Pods by the set's label, want none (the set's Pods by their owner, the others by podUnownedIndex)", podsByLabel)
+	}
 }
 
 func typeName(obj any) string { return fmt.Sprintf("%T", obj) }
+
+// recordingQueue records what a Pod event handler enqueues, at once or after a delay.
+type recordingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	now   []reconcile.Request
+	after []time.Duration
+}
+
+func (q *recordingQueue) Add(item reconcile.Request) { q.now = append(q.now, item) }
+func (q *recordingQueue) AddAfter(_ reconcile.Request, d time.Duration) {
+	q.after = append(q.after, d)
+}
+
+// TestReadinessWaitsForTheDueStatusWrite: while a Parallel set's Pods turn Ready and nothing
+// but its status counts their readiness, a Pod's readiness does not reconcile the set at once: it
+// enqueues the set for when the paced status write is due. The Pod that makes every wanted Pod
+// Ready enqueues it at once, so that the set settles without delay; and where readiness decides
+// more (OrderedReady, a rolling update) or the Pod finished, the set is enqueued at once.
+func TestReadinessWaitsForTheDueStatusWrite(t *testing.T) {
+	ready := func(pod *corev1.Pod) *corev1.Pod {
+		p := pod.DeepCopy()
+		setPodState(p, podReady)
+		return p
+	}
+	failed := func(pod *corev1.Pod) *corev1.Pod {
+		p := pod.DeepCopy()
+		setPodState(p, podFailed)
+		return p
+	}
+	for _, tt := range []struct {
+		name      string
+		set       *appsv1alpha1.WorkerSet
+		prepare   func(t *testing.T, c client.Client)
+		change    []func(*corev1.Pod) *corev1.Pod // applied to w-0, w-1, w-2 in turn
+		wantNow   int
+		wantAfter int
+	}{
+		{"Parallel: held back until the last", newSet("w").Replicas(3).Obj(), nil, []func(*corev1.Pod) *corev1.Pod{ready, ready, ready}, 1, 2},
+		{"a Pod that failed", newSet("w").Replicas(3).Obj(), nil, []func(*corev1.Pod) *corev1.Pod{failed}, 1, 0},
+		{"OrderedReady", newSet("w").Replicas(3).PodManagementPolicy(appsv1alpha1.OrderedReadyPodManagement).Obj(), nil,
+			[]func(*corev1.Pod) *corev1.Pod{ready}, 1, 0},
+		{"a rolling update", newSet("w").Replicas(3).Obj(), func(t *testing.T, c client.Client) {
+			pod := getPod(t, c, "w-2")
+			pod.Labels[appsv1alpha1.RevisionLabel] = "old"
+			if err := c.Update(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+		}, []func(*corev1.Pod) *corev1.Pod{ready}, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newFakeClient(nil, storedCopies(tt.set)...)
+			now := testNow
+			r := newTestReconciler(c)
+			r.Now = func() time.Time { return now }
+			reconcileSet(t, r, tt.set) // creates the Pods and writes the first status
+			if tt.prepare != nil {
+				tt.prepare(t, c)
+			}
+			reconcileSet(t, r, tt.set) // sees them
+			now = now.Add(statusInterval / 4)
+
+			h := r.podEvents()
+			q := &recordingQueue{}
+			atOnce := 0 // events that enqueued the set at once
+			for i, change := range tt.change {
+				pod := getPod(t, c, fmt.Sprintf("w-%d", i))
+				before := len(q.now)
+				h.Update(context.Background(), event.UpdateEvent{ObjectOld: pod, ObjectNew: change(pod)}, q)
+				if len(q.now) > before {
+					atOnce++
+				}
+			}
+			if atOnce != tt.wantNow || len(q.after) != tt.wantAfter {
+				t.Fatalf("%d events enqueued the set at once and %d after %v, want %d and %d", atOnce, len(q.after), q.after, tt.wantNow, tt.wantAfter)
+			}
+			for _, d := range q.after {
+				if want := statusInterval * 3 / 4; d != want {
+					t.Errorf("held back for %s, want %s (when the status write is due)", d, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSpecChangeStopsTheCreates: the creates of one reconcile stop once the set's spec has changed
+// (its generation moved): the rest are for a spec that no longer holds, and the next reconcile,
+// which the change triggers, plans again.
+func TestSpecChangeStopsTheCreates(t *testing.T) {
+	set := newSet("w").Replicas(200).Obj()
+	const changeAt = 20
+	creates := 0
+	c := newFakeClient(&interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*corev1.Pod); ok {
+			creates++
+			if creates == changeAt {
+				latest := &appsv1alpha1.WorkerSet{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(set), latest); err != nil {
+					return err
+				}
+				latest.Spec.Replicas = ptr.To[int32](5)
+				latest.Generation++
+				if err := cl.Update(ctx, latest); err != nil {
+					return err
+				}
+			}
+		}
+		return cl.Create(ctx, obj, opts...)
+	}}, storedCopies(set)...)
+	r := newTestReconciler(c)
+	reconcileSet(t, r, set)
+	if storedSet(t, c, set).Generation == set.Generation {
+		t.Fatal("setup: the fake client kept the generation")
+	}
+	if creates >= changeAt+maxInFlight {
+		t.Errorf("%d Pods created of 200 after the spec changed at the %dth, want at most the %d in flight then", creates, changeAt, maxInFlight)
+	}
+}

@@ -77,8 +77,10 @@ func failureReason(err error) string {
 	return appsv1alpha1.ReasonCreateFailed
 }
 
-// apply carries out the plan. Creates and deletes stop at the first failure; it returns the errors.
-func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
+// apply carries out the plan. Creates and deletes stop at the first failure, and once stale says
+// the plan was made for a spec that has since changed (the next reconcile, which the change
+// triggers, plans again); it returns the errors.
+func (c *podControl) apply(ctx context.Context, s *scope, p *plan, stale func() bool) error {
 	done := &successes{}
 	defer done.emit(c.recorder, s.set)
 	blocked := map[string]bool{} // Pods whose claims do not yet have the owners the policy says
@@ -97,13 +99,14 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 		}
 	}
 
-	created, err := window(len(p.creates), maxInFlight, func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
+	created, err := window(len(p.creates), maxInFlight, stale, func(i int) error { return c.createPod(ctx, s, p.creates[i], done) })
 	if err != nil {
 		errs = append(errs, failed(appsv1alpha1.ReasonCreateFailed, err))
 	}
 	if created < len(p.creates) {
-		// Later ordinals wait for the failure to clear; deletes still run, they free capacity.
-		ctrl.LoggerFrom(ctx).V(4).Info("Skipped creates after a failed create", "skipped", len(p.creates)-created)
+		// Later ordinals wait for the failure to clear or for the next plan; deletes still run,
+		// they free capacity.
+		ctrl.LoggerFrom(ctx).V(4).Info("Skipped creates after a failed create or a spec change", "skipped", len(p.creates)-created)
 	}
 
 	for _, pod := range p.drains {
@@ -117,7 +120,7 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 			deletes = append(deletes, d)
 		}
 	}
-	if _, err := window(len(deletes), maxInFlight, func(i int) error { return c.deletePod(ctx, s, deletes[i], done) }); err != nil {
+	if _, err := window(len(deletes), maxInFlight, stale, func(i int) error { return c.deletePod(ctx, s, deletes[i], done) }); err != nil {
 		errs = append(errs, err)
 	}
 	for _, r := range p.resizes {
@@ -132,15 +135,20 @@ func (c *podControl) apply(ctx context.Context, s *scope, p *plan) error {
 // window runs fn for 0..n-1, in order, with at most width calls in flight: the first call goes
 // alone, a probe, and once one call has succeeded width is limit. At the first failure no further
 // call starts (the calls in flight finish), so a write the apiserver refuses costs one failed
-// request when it refuses the first, and at most limit when it starts refusing later. There is no
-// barrier: a slow call holds one slot, not the whole batch. It returns how many calls succeeded
-// and their errors.
-func window(n, limit int, fn func(i int) error) (int, error) {
+// request when it refuses the first, and at most limit when it starts refusing later. Nor does
+// one start once stop (nil: never) says so. There is no barrier: a slow call holds one slot, not
+// the whole batch. It returns how many calls succeeded and their errors.
+func window(n, limit int, stop func() bool, fn func(i int) error) (int, error) {
 	results := make(chan error)
 	next, inFlight, width, ok := 0, 0, 1, 0
+	stopped := false
 	var errs []error
 	for {
-		for len(errs) == 0 && next < n && inFlight < width {
+		for len(errs) == 0 && !stopped && next < n && inFlight < width {
+			if stop != nil && stop() {
+				stopped = true
+				break
+			}
 			go func(i int) { results <- fn(i) }(next)
 			next++
 			inFlight++
@@ -170,28 +178,29 @@ func (c *podControl) createPod(ctx context.Context, s *scope, pc podCreate, done
 			// Created earlier and not yet in the cache: nothing to do.
 		default:
 			c.recorder.Eventf(s.set, claim, corev1.EventTypeWarning, eventFailedCreate, "CreateClaim",
-				"create Claim %s for Pod %s in WorkerSet %s failed error: %s", claim.Name, pc.pod.Name, s.set.Name, err)
+				"create Claim %s for Pod %s in WorkerSet %s failed error: %s", claim.Name, pc.name, s.set.Name, err)
 			return fmt.Errorf("create claim %s: %w", claim.Name, err)
 		}
 	}
 
-	c.expectations.ExpectCreate(s.key, pc.pod.Name)
-	err := c.client.Create(ctx, pc.pod)
+	pod := s.buildPod(pc)
+	c.expectations.ExpectCreate(s.key, pod.Name)
+	err := c.client.Create(ctx, pod)
 	switch {
 	case err == nil:
-		ctrl.LoggerFrom(ctx).V(2).Info("Created Pod", "pod", klog.KObj(pc.pod))
-		done.add(successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}, pc.pod.Name)
+		ctrl.LoggerFrom(ctx).V(2).Info("Created Pod", "pod", klog.KObj(pod))
+		done.add(successKey{eventSuccessfulCreate, "CreatePod", "create Pods %s in WorkerSet %s successful"}, pod.Name)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// Nothing was created, so nothing is to be observed: a Pod that never shows up in the
 		// cache as ours must not hold the set back.
-		c.expectations.CreationFailed(s.key, pc.pod.Name)
-		return c.takenName(ctx, s, pc.pod.Name, done)
+		c.expectations.CreationFailed(s.key, pod.Name)
+		return c.takenName(ctx, s, pod.Name, done)
 	default:
-		c.expectations.CreationFailed(s.key, pc.pod.Name)
-		c.recorder.Eventf(s.set, pc.pod, corev1.EventTypeWarning, eventFailedCreate, "CreatePod",
-			"create Pod %s in WorkerSet %s failed error: %s", pc.pod.Name, s.set.Name, err)
-		return fmt.Errorf("create pod %s: %w", pc.pod.Name, err)
+		c.expectations.CreationFailed(s.key, pod.Name)
+		c.recorder.Eventf(s.set, pod, corev1.EventTypeWarning, eventFailedCreate, "CreatePod",
+			"create Pod %s in WorkerSet %s failed error: %s", pod.Name, s.set.Name, err)
+		return fmt.Errorf("create pod %s: %w", pod.Name, err)
 	}
 }
 

@@ -19,13 +19,14 @@ import (
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
-// newFakeClient is a fake API server holding objs, with the Pod owner index and the set's status
+// newFakeClient is a fake API server holding objs, with the Pod indexes and the set's status
 // subresource, as the manager's client has them; funcs intercept calls (nil: none).
 func newFakeClient(funcs *interceptor.Funcs, objs ...client.Object) client.WithWatch {
 	b := fake.NewClientBuilder().
 		WithScheme(testenv.Scheme()).
 		WithStatusSubresource(&appsv1alpha1.WorkerSet{}).
 		WithIndex(&corev1.Pod{}, podOwnerIndex, indexPodOwner).
+		WithIndex(&corev1.Pod{}, podUnownedIndex, indexPodUnowned).
 		WithObjects(objs...)
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
@@ -86,7 +87,7 @@ func TestClaimOwnerFailureHoldsBackThePodDelete(t *testing.T) {
 			if !slices.Contains(p.deleteNames(), "w-2") {
 				t.Fatalf("setup: the plan does not delete w-2: %v", p.deleteNames())
 			}
-			if err := control.apply(context.Background(), s, p); err == nil {
+			if err := control.apply(context.Background(), s, p, nil); err == nil {
 				t.Error("apply succeeded although the claim update failed")
 			}
 			if conflicts == 0 {

@@ -18,12 +18,6 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
 
-// createsPerReconcile is the most Pods one reconcile builds and creates (through the create window,
-// which a failure closes). A scale-up by more goes on in the next
-// reconcile, once the expectations show these creates; so a large replicas costs memory for one
-// round of Pods, never for all the missing ones at once.
-const createsPerReconcile = 511
-
 // scope is everything one reconcile of a set knows, read once from the cache.
 type scope struct {
 	set    *appsv1alpha1.WorkerSet
@@ -81,10 +75,15 @@ type plan struct {
 	conflicts []string
 }
 
-// podCreate is a Pod to create and the claims that must exist before it.
+// podCreate is a Pod to create, named by its ordinal and the revision whose template it gets, and
+// the claims that must exist before it. The Pod itself is built only when its create starts
+// (scope.buildPod), so a plan that creates thousands of Pods holds none of them: the memory of a
+// scale-up is bounded by the create window, not by replicas.
 type podCreate struct {
-	pod    *corev1.Pod
-	claims []*corev1.PersistentVolumeClaim
+	name     string
+	ordinal  int
+	revision string
+	claims   []*corev1.PersistentVolumeClaim
 }
 
 // podDelete is a Pod to delete and why.
@@ -114,7 +113,7 @@ func (p *plan) deleteNames() []string {
 func (p *plan) createNames() []string {
 	names := make([]string, 0, len(p.creates))
 	for _, c := range p.creates {
-		names = append(names, c.pod.Name)
+		names = append(names, c.name)
 	}
 	return names
 }
@@ -180,13 +179,9 @@ func planWanted(s *scope, p *plan) (waiting bool) {
 			p.conflicts = append(p.conflicts, why)
 			waiting = true
 		case !ok:
-			if (ordered && waiting) || len(p.creates) >= createsPerReconcile {
-				// Only the Pods this reconcile creates are built: the rest wait for the next,
-				// which the creates' watch events trigger.
-				waiting = true
-				continue
+			if !ordered || !waiting {
+				p.creates = append(p.creates, newPodCreate(s, ordinal))
 			}
-			p.creates = append(p.creates, newPodCreate(s, ordinal))
 			waiting = true
 		case pod.DeletionTimestamp != nil:
 			waiting = true // recreated once it is gone
@@ -502,10 +497,10 @@ func readyCount(s *scope, replicas int) int {
 	return n
 }
 
-// newPodCreate builds the Pod of an ordinal and the claims it needs that do not exist yet.
+// newPodCreate names the Pod of an ordinal and its revision, and builds the claims it needs that
+// do not exist yet.
 func newPodCreate(s *scope, ordinal int) podCreate {
-	revision := s.revisionFor(ordinal)
-	c := podCreate{pod: newPod(s.set, s.templates[revision], ordinal, revision)}
+	c := podCreate{name: podName(s.set, ordinal), ordinal: ordinal, revision: s.revisionFor(ordinal)}
 	for i := range s.set.Spec.VolumeClaimTemplates {
 		name := claimName(s.set.Spec.VolumeClaimTemplates[i].Name, s.set, ordinal)
 		if _, ok := s.claims[name]; !ok {
@@ -513,6 +508,11 @@ func newPodCreate(s *scope, ordinal int) podCreate {
 		}
 	}
 	return c
+}
+
+// buildPod builds the Pod a create names.
+func (s *scope) buildPod(c podCreate) *corev1.Pod {
+	return newPod(s.set, s.templates[c.revision], c.ordinal, c.revision)
 }
 
 // revisionFor is the revision a new Pod of the ordinal gets: the current revision below a

@@ -281,7 +281,7 @@ func TestCreateWithClaims(t *testing.T) {
 	got := map[string][]string{}
 	for _, c := range p.creates {
 		for _, claim := range c.claims {
-			got[c.pod.Name] = append(got[c.pod.Name], claim.Name)
+			got[c.name] = append(got[c.name], claim.Name)
 		}
 	}
 	want := map[string][]string{"w-0": {"data-w-0", "logs-w-0"}, "w-1": {"logs-w-1"}}
@@ -290,18 +290,19 @@ func TestCreateWithClaims(t *testing.T) {
 	}
 }
 
-// TestDecideBuildsOneRoundOfCreates: a huge replicas must not make decide build a Pod for every
-// missing ordinal (2,000,000 deep-copied Pods exhaust the operator's memory): it builds only the
-// Pods this reconcile creates, the lowest missing ordinals, and still reports the scale-up.
-func TestDecideBuildsOneRoundOfCreates(t *testing.T) {
+// TestDecidePlansEveryCreate: one reconcile plans every missing ordinal, lowest first, so a
+// scale-up never waits for the watch between rounds of creates; the plan names the Pods and
+// builds none of them (podCreate has no Pod: the create builds it), so a huge replicas costs a
+// name per ordinal, not a deep-copied Pod.
+func TestDecidePlansEveryCreate(t *testing.T) {
 	set := newSet("w").Replicas(20000).Obj()
 	s := scopeFor(set, podsOf(set, podReady, 0, 2))
 	p := decide(s)
-	if len(p.creates) != createsPerReconcile {
-		t.Fatalf("%d creates planned, want one round of %d", len(p.creates), createsPerReconcile)
+	if len(p.creates) != 20000-2 {
+		t.Fatalf("%d creates planned, want every missing ordinal (%d)", len(p.creates), 20000-2)
 	}
-	if first, last := p.creates[0].pod.Name, p.creates[len(p.creates)-1].pod.Name; first != "w-1" || last != fmt.Sprintf("w-%d", createsPerReconcile+1) {
-		t.Errorf("creates from %s to %s, want the lowest missing ordinals w-1 to w-%d", first, last, createsPerReconcile+1)
+	if first, last := p.creates[0].name, p.creates[len(p.creates)-1].name; first != "w-1" || last != "w-19999" {
+		t.Errorf("creates from %s to %s, want w-1 and then w-3 to w-19999", first, last)
 	}
 	if p.progressReason != appsv1alpha1.ReasonScalingUp || p.progressMessage != "2 of 20000 Pods exist" {
 		t.Errorf("progress %s %q", p.progressReason, p.progressMessage)

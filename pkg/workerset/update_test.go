@@ -107,7 +107,8 @@ func TestNewPodsBelowThePartitionKeepTheCurrentRevision(t *testing.T) {
 	s.templates["old"] = old
 	got := map[string]string{}
 	for _, c := range decide(s).creates {
-		got[c.pod.Name] = c.pod.Labels[appsv1alpha1.RevisionLabel] + " " + c.pod.Spec.Containers[0].Image
+		pod := s.buildPod(c)
+		got[pod.Name] = pod.Labels[appsv1alpha1.RevisionLabel] + " " + pod.Spec.Containers[0].Image
 	}
 	want := map[string]string{"w-0": "old worker:0", "w-1": "old worker:0", "w-2": "rev worker:1", "w-3": "rev worker:1"}
 	if diff := cmp.Diff(want, got); diff != "" {

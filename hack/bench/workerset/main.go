@@ -13,6 +13,8 @@
 //   - floor: this program creating the same N Pods (same template, same names) with a client
 //     limited to the same QPS and burst as the operator, from a few goroutines.
 //
+// The contenders run in the given order in odd rounds and in the reverse order in even ones.
+//
 // Each run is timed from the create call (of the set, or of the first Pod) until all N Pods are
 // Ready, as seen by a watch on the namespace. After each run the namespace is deleted and the
 // program waits until it and all its Pods are gone before the next run starts. Every size is run
@@ -139,7 +141,7 @@ func parseFlags() (*config, error) {
 	cfg := &config{}
 	flag.StringVar(&sizes, "sizes", "100,500,1000", "Comma-separated numbers of replicas.")
 	flag.StringVar(&modeNames, "modes", "default,unthrottled", "Comma-separated modes: default (20 QPS clients), unthrottled (kwokctl --disable-qps-limits, unlimited clients). One cluster per mode.")
-	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "Comma-separated contenders, run in this order for every size.")
+	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "Comma-separated contenders, run in this order in odd rounds and in the reverse order in even rounds.")
 	flag.StringVar(&cfg.out, "out", "-", "File the Markdown results are written to; - is standard output.")
 	flag.IntVar(&cfg.nodes, "nodes", 10, "Simulated nodes of each cluster.")
 	flag.IntVar(&cfg.podsPerNode, "pods-per-node", 200, "Pod capacity of each simulated node.")
@@ -272,6 +274,17 @@ func buildOperator(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
+// roundOrder is the order of the contenders in a round: as given in odd rounds, reversed in even
+// ones (A B C, C B A, A B C ...), so that no contender always runs first on a fresh cluster or
+// always right after the same other one.
+func roundOrder(contenders []string, round int) []string {
+	order := slices.Clone(contenders)
+	if round%2 == 0 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
 // runMode starts the mode's cluster and runs every size and contender on it.
 func runMode(ctx context.Context, cfg *config, root string, m mode) ([]result, error) {
 	logf("mode %s: starting a cluster with %d nodes of %d Pods (disable-qps-limits=%t)", m.name, cfg.nodes, cfg.podsPerNode, m.disableQPSLimits)
@@ -301,7 +314,7 @@ func runMode(ctx context.Context, cfg *config, root string, m mode) ([]result, e
 	var results []result
 	for _, n := range cfg.sizes {
 		for round := 1; round <= cfg.repeat; round++ {
-			for _, contender := range cfg.contenders {
+			for _, contender := range roundOrder(cfg.contenders, round) {
 				res, err := b.run(ctx, contender, n, round)
 				if err != nil {
 					c.DumpLogTails(os.Stderr, 40)
