@@ -103,15 +103,10 @@ func (r *Replica) take(ctx context.Context, b int, l *coordinationv1.Lease, self
 	w.Spec.HolderIdentity = &self
 	w.Spec.AcquireTime, w.Spec.RenewTime = &now, &now
 	w.Spec.LeaseTransitions = ptr(transitions(l) + 1)
-	out, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Update(ctx, w, metav1.UpdateOptions{})
-	if err != nil {
-		if !apierrors.IsConflict(err) {
-			r.log.Error(err, "Cannot take a bucket", "bucket", b)
-			r.forgetWrite(b) // it may not have been applied: try again from the same version
-		}
+	out, ok := r.writeBucket(ctx, b, l, w, "Cannot take a bucket")
+	if !ok {
 		return
 	}
-	r.wrote(b, l, out)
 	r.log.Info("Took a bucket", "bucket", b, "epoch", transitions(out))
 	r.startAcquire(b, Grant{Bucket: b, Epoch: transitions(out), ResourceVersion: out.ResourceVersion})
 }
@@ -123,15 +118,9 @@ func (r *Replica) release(ctx context.Context, b int, l *coordinationv1.Lease) {
 	}
 	w := l.DeepCopy()
 	w.Spec.HolderIdentity = nil
-	out, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Update(ctx, w, metav1.UpdateOptions{})
-	if err != nil {
-		if !apierrors.IsConflict(err) {
-			r.log.Error(err, "Cannot release a bucket", "bucket", b)
-			r.forgetWrite(b) // it may not have been applied: try again from the same version
-		}
+	if _, ok := r.writeBucket(ctx, b, l, w, "Cannot release a bucket"); !ok {
 		return
 	}
-	r.wrote(b, l, out)
 	r.log.Info("Released a bucket", "bucket", b, "nextOwner", l.Annotations[NextOwnerAnnotation])
 }
 
@@ -258,4 +247,20 @@ func (r *Replica) backoff(failures int) time.Duration {
 		}
 	}
 	return d
+}
+
+// writeBucket updates bucket b's Lease from l to w with l's resourceVersion as the precondition. A
+// conflict means another write came first and is not an error; any other failure may or may not
+// have been applied, so the next write starts again from l's version.
+func (r *Replica) writeBucket(ctx context.Context, b int, l, w *coordinationv1.Lease, failure string) (*coordinationv1.Lease, bool) {
+	out, err := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace).Update(ctx, w, metav1.UpdateOptions{})
+	if err != nil {
+		if !apierrors.IsConflict(err) {
+			r.log.Error(err, failure, "bucket", b)
+			r.forgetWrite(b)
+		}
+		return nil, false
+	}
+	r.wrote(b, l, out)
+	return out, true
 }

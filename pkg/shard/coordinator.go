@@ -82,14 +82,7 @@ func (s *ringState) reconcile(ctx context.Context, r *Replica) {
 // stamp returns l held by self, renewed now.
 func (s *ringState) stamp(base *coordinationv1.Lease, self string, t Timings) *coordinationv1.Lease {
 	l := base.DeepCopy()
-	now := metav1.NowMicro()
-	if holderOf(base) != self {
-		l.Spec.HolderIdentity = &self
-		l.Spec.AcquireTime = &now
-		l.Spec.LeaseTransitions = ptr(transitions(base) + 1)
-	}
-	l.Spec.RenewTime = &now
-	l.Spec.LeaseDurationSeconds = ptr(int32((t.LeaseDuration + time.Second - 1) / time.Second))
+	renewHeld(l, base, self, t.LeaseDuration)
 	return l
 }
 

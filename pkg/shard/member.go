@@ -72,14 +72,7 @@ func (r *Replica) memberLease(base *coordinationv1.Lease, self string, leaving b
 		delete(l.Annotations, LeavingAnnotation)
 	}
 	l.Annotations[WeightsAnnotation] = formatWeights(weights)
-	now := metav1.NowMicro()
-	if holderOf(base) != self {
-		l.Spec.HolderIdentity = &self
-		l.Spec.AcquireTime = &now
-		l.Spec.LeaseTransitions = ptr(transitions(base) + 1)
-	}
-	l.Spec.RenewTime = &now
-	l.Spec.LeaseDurationSeconds = ptr(int32((r.t.LeaseDuration + time.Second - 1) / time.Second))
+	renewHeld(l, base, self, r.t.LeaseDuration)
 	return l
 }
 
@@ -91,6 +84,19 @@ func transitions(l *coordinationv1.Lease) int32 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// renewHeld stamps l (a copy of base) as held by self and renewed now for d: a Lease that base
+// shows held by someone else is taken, which starts a new transition.
+func renewHeld(l, base *coordinationv1.Lease, self string, d time.Duration) {
+	now := metav1.NowMicro()
+	if holderOf(base) != self {
+		l.Spec.HolderIdentity = &self
+		l.Spec.AcquireTime = &now
+		l.Spec.LeaseTransitions = ptr(transitions(base) + 1)
+	}
+	l.Spec.RenewTime = &now
+	l.Spec.LeaseDurationSeconds = ptr(int32((d + time.Second - 1) / time.Second))
+}
 
 // renewOnce renews the member Lease, or joins when this incarnation holds none.
 func (r *Replica) renewOnce(ctx context.Context) {
