@@ -1,6 +1,9 @@
 package cache
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +32,100 @@ var (
 	// DeepCopy copies the value, not the pointer.
 	sharedTrue, sharedFalse = true, false
 )
+
+// shareLimit bounds the table of shared maps (shareMap).
+const shareLimit = 16384
+
+var (
+	shareMu    sync.RWMutex
+	shareTable = map[string]any{}
+)
+
+// shareMap returns the table's map for key, an encoding of m's content, adding m while the table
+// has room. Maps are the largest part of a small cached object (a Go map of up to eight entries
+// costs about 340 bytes), and some repeat across thousands of objects: every Service bound to a
+// worker selects that worker by the same one label, and pipelines built from one template have the
+// same stages. Cached objects are read only and a DeepCopy copies a map's entries, so objects may
+// share one.
+func shareMap[M any](key string, m M) M {
+	shareMu.RLock()
+	v, ok := shareTable[key]
+	shareMu.RUnlock()
+	if ok {
+		if shared, ok := v.(M); ok {
+			return shared
+		}
+		return m
+	}
+	shareMu.Lock()
+	defer shareMu.Unlock()
+	if v, ok := shareTable[key]; ok {
+		if shared, ok := v.(M); ok {
+			return shared
+		}
+		return m
+	}
+	if len(shareTable) >= shareLimit {
+		return m
+	}
+	shareTable[key] = m
+	return m
+}
+
+// maxSharedEntries is the largest map shareStrings shares: selectors and label sets of a few
+// entries repeat, big maps rarely do.
+const maxSharedEntries = 4
+
+// shareStrings returns one shared copy of a small string map with interned keys (shareMap); a
+// bigger map only gets its keys interned.
+func shareStrings(kind string, m map[string]string) map[string]string {
+	if len(m) == 0 || len(m) > maxSharedEntries {
+		return internKeys(m)
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	b.WriteString(kind)
+	for _, k := range keys {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+	}
+	return shareMap(b.String(), internKeys(m))
+}
+
+// shareWorkers returns one shared copy of a pipeline's stages (shareMap), their names and classes
+// interned.
+func shareWorkers(workers map[string]schedulingv1alpha1.PipelineWorker) map[string]schedulingv1alpha1.PipelineWorker {
+	if len(workers) == 0 {
+		return workers
+	}
+	var b strings.Builder
+	b.WriteString("workers")
+	for _, stage := range slices.Sorted(maps.Keys(workers)) {
+		w := workers[stage]
+		b.WriteByte(0)
+		b.WriteString(stage)
+		b.WriteByte(1)
+		b.WriteString(w.Class)
+		for _, next := range w.Next {
+			b.WriteByte(2)
+			b.WriteString(next)
+		}
+		if w.Next != nil && len(w.Next) == 0 {
+			b.WriteByte(3) // an empty list is not a missing one
+		}
+	}
+	out := make(map[string]schedulingv1alpha1.PipelineWorker, len(workers))
+	for stage, w := range workers {
+		w.Class = intern(w.Class)
+		for i := range w.Next {
+			w.Next[i] = intern(w.Next[i])
+		}
+		out[intern(stage)] = w
+	}
+	return shareMap(b.String(), out)
+}
 
 // intern returns the table's copy of s, adding it while the table has room.
 func intern(s string) string {
@@ -91,6 +188,11 @@ func internMeta(m *metav1.ObjectMeta) {
 	}
 }
 
+// internType interns an object's apiVersion and kind, which a JSON decoder fills in per object.
+func internType(t *metav1.TypeMeta) {
+	t.APIVersion, t.Kind = intern(t.APIVersion), intern(t.Kind)
+}
+
 func internConditions(cs []metav1.Condition) {
 	for i := range cs {
 		c := &cs[i]
@@ -105,23 +207,15 @@ func internConditions(cs []metav1.Condition) {
 func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *schedulingv1alpha1.PipelineBinding:
+		internType(&o.TypeMeta)
 		internMeta(&o.ObjectMeta)
 		o.Spec.Stage, o.Spec.Class = intern(o.Spec.Stage), intern(o.Spec.Class)
 		o.Status.Phase = schedulingv1alpha1.BindingPhase(intern(string(o.Status.Phase)))
 		internConditions(o.Status.Conditions)
 	case *schedulingv1alpha1.Pipeline:
+		internType(&o.TypeMeta)
 		internMeta(&o.ObjectMeta)
-		if len(o.Spec.Workers) > 0 {
-			workers := make(map[string]schedulingv1alpha1.PipelineWorker, len(o.Spec.Workers))
-			for stage, w := range o.Spec.Workers {
-				w.Class = intern(w.Class)
-				for i := range w.Next {
-					w.Next[i] = intern(w.Next[i])
-				}
-				workers[intern(stage)] = w
-			}
-			o.Spec.Workers = workers
-		}
+		o.Spec.Workers = shareWorkers(o.Spec.Workers)
 		o.Status.Bindings = internKeys(o.Status.Bindings)
 		o.Status.Phase = schedulingv1alpha1.PipelinePhase(intern(string(o.Status.Phase)))
 		internConditions(o.Status.Conditions)
@@ -133,7 +227,7 @@ func internObject(obj any) (any, error) {
 		if o.Spec.ClusterIP == corev1.ClusterIPNone {
 			o.Spec.ClusterIP = corev1.ClusterIPNone
 		}
-		o.Spec.Selector = internKeys(o.Spec.Selector)
+		o.Spec.Selector = shareStrings("selector", o.Spec.Selector)
 		for i := range o.Spec.Ports {
 			p := &o.Spec.Ports[i]
 			p.Name, p.Protocol = intern(p.Name), corev1.Protocol(intern(string(p.Protocol)))

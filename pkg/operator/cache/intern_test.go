@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -104,5 +105,62 @@ func TestInternObjectKeepsTrimmedKindsEqual(t *testing.T) {
 	}
 	if slice.Endpoints[0].Conditions.Ready != &sharedTrue || slice.Endpoints[0].Conditions.Serving != &sharedFalse || slice.Endpoints[0].Conditions.Terminating != nil {
 		t.Errorf("endpoint conditions must point at the shared bools, nil staying nil: %+v", slice.Endpoints[0].Conditions)
+	}
+}
+
+func samePointer[M any](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
+	c := strings.Clone
+	service := func(name, pod string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: map[string]string{c("apps.conveyor.dev/pod-name"): c(pod)}}}
+	}
+	pipeline := func(name string, next []string) *schedulingv1alpha1.Pipeline {
+		return &schedulingv1alpha1.Pipeline{TypeMeta: metav1.TypeMeta{APIVersion: c("scheduling.conveyor.dev/v1alpha1"), Kind: c("Pipeline")},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: schedulingv1alpha1.PipelineSpec{Workers: map[string]schedulingv1alpha1.PipelineWorker{
+				c("first"): {Class: c("blue"), Next: next}, c("second"): {Class: c("green")}}}}
+	}
+	a, b, other := service("p-first", "blue-0"), service("q-first", "blue-0"), service("r-first", "blue-1")
+	p, q := pipeline("p", []string{c("second")}), pipeline("q", []string{c("second")})
+	empty, none := pipeline("e", []string{}), pipeline("n", nil)
+	objs := []runtime.Object{a, b, other, p, q, empty, none}
+	before := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		before[i] = o.DeepCopyObject()
+		if _, err := internObject(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range objs {
+		// Semantic.DeepEqual does not tell an empty list from a missing one; a sharing of
+		// the two would.
+		if !reflect.DeepEqual(o, before[i]) {
+			t.Errorf("sharing changed %T:\n got %+v\nwant %+v", o, o, before[i])
+		}
+	}
+	if !samePointer(a.Spec.Selector, b.Spec.Selector) {
+		t.Error("two Services selecting the same Pod must share one selector map")
+	}
+	if samePointer(a.Spec.Selector, other.Spec.Selector) {
+		t.Error("Services selecting different Pods must not share a selector")
+	}
+	if !samePointer(p.Spec.Workers, q.Spec.Workers) {
+		t.Error("two Pipelines with the same stages must share one workers map")
+	}
+	if samePointer(p.Spec.Workers, empty.Spec.Workers) || samePointer(empty.Spec.Workers, none.Spec.Workers) {
+		t.Error("Pipelines with different stages must not share a workers map")
+	}
+	if !sameData(p.Kind, q.Kind) || !sameData(p.APIVersion, q.APIVersion) {
+		t.Error("the apiVersion and kind of two Pipelines must be one shared string each")
+	}
+	// A deep copy of a cached object must not write through the shared map.
+	cp := a.DeepCopy()
+	cp.Spec.Selector["apps.conveyor.dev/pod-name"] = "blue-9"
+	if b.Spec.Selector["apps.conveyor.dev/pod-name"] != "blue-0" {
+		t.Fatal("a deep copy wrote through the shared selector")
 	}
 }
