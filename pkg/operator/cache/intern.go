@@ -202,7 +202,7 @@ func internConditions(cs []metav1.Condition) {
 
 // internObject is the cache's default transform: it drops managedFields and interns the
 // repeated strings of the kinds the operator holds by the thousand (Pipelines, bindings, and,
-// after their own trimming, Services, EndpointSlices and ConfigMaps). Other kinds only lose their
+// after their own trimming, worker Pods, Services, EndpointSlices and ConfigMaps). Other kinds only lose their
 // managedFields.
 func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
@@ -242,6 +242,21 @@ func internObject(obj any) (any, error) {
 			if ep.TargetRef != nil {
 				ep.TargetRef.Kind = intern(ep.TargetRef.Kind)
 			}
+		}
+	case *corev1.Pod:
+		internMeta(&o.ObjectMeta)
+		o.Spec.SchedulerName = intern(o.Spec.SchedulerName)
+		for i := range o.Spec.Containers {
+			c := &o.Spec.Containers[i]
+			c.Name = intern(c.Name)
+			for j := range c.Ports {
+				c.Ports[j].Name, c.Ports[j].Protocol = intern(c.Ports[j].Name), corev1.Protocol(intern(string(c.Ports[j].Protocol)))
+			}
+		}
+		o.Status.Phase = corev1.PodPhase(intern(string(o.Status.Phase)))
+		for i := range o.Status.Conditions {
+			c := &o.Status.Conditions[i]
+			c.Type, c.Status = corev1.PodConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
 		}
 	case *corev1.ConfigMap:
 		internMeta(&o.ObjectMeta)
