@@ -11,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -114,17 +115,19 @@ func samePointer[M any](a, b M) bool {
 
 func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
 	c := strings.Clone
-	service := func(name, pod string) *corev1.Service {
+	service := func(name, pod string, port int32) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: map[string]string{c("apps.conveyor.dev/pod-name"): c(pod)}}}
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: map[string]string{c("apps.conveyor.dev/pod-name"): c(pod)},
+				Ports: []corev1.ServicePort{{Name: c("http"), Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromString(c("http"))}}}}
 	}
 	pipeline := func(name string, next []string) *schedulingv1alpha1.Pipeline {
 		return &schedulingv1alpha1.Pipeline{TypeMeta: metav1.TypeMeta{APIVersion: c("scheduling.conveyor.dev/v1alpha1"), Kind: c("Pipeline")},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: schedulingv1alpha1.PipelineSpec{Workers: map[string]schedulingv1alpha1.PipelineWorker{
-				c("first"): {Class: c("blue"), Next: next}, c("second"): {Class: c("green")}}}}
+				c("first"): {Class: c("blue"), Next: next}, c("second"): {Class: c("green")}}},
+			Status: schedulingv1alpha1.PipelineStatus{Conditions: []metav1.Condition{{Type: c("Ready"), Status: metav1.ConditionTrue, Reason: c("BindingsReady"), Message: c("all 2 bindings are Ready")}}}}
 	}
-	a, b, other := service("p-first", "blue-0"), service("q-first", "blue-0"), service("r-first", "blue-1")
+	a, b, other := service("p-first", "blue-0", 80), service("q-first", "blue-0", 80), service("r-first", "blue-1", 81)
 	p, q := pipeline("p", []string{c("second")}), pipeline("q", []string{c("second")})
 	empty, none := pipeline("e", []string{}), pipeline("n", nil)
 	objs := []runtime.Object{a, b, other, p, q, empty, none}
@@ -147,6 +150,15 @@ func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
 	}
 	if samePointer(a.Spec.Selector, other.Spec.Selector) {
 		t.Error("Services selecting different Pods must not share a selector")
+	}
+	if &a.Spec.Ports[0] != &b.Spec.Ports[0] {
+		t.Error("two Services with the same ports must share one ports slice")
+	}
+	if &a.Spec.Ports[0] == &other.Spec.Ports[0] {
+		t.Error("Services with different ports must not share them")
+	}
+	if !sameData(p.Status.Conditions[0].Message, q.Status.Conditions[0].Message) {
+		t.Error("two Pipelines with the same condition message must share one string")
 	}
 	if !samePointer(p.Spec.Workers, q.Spec.Workers) {
 		t.Error("two Pipelines with the same stages must share one workers map")
