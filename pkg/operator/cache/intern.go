@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
@@ -205,18 +206,53 @@ func internKeys(m map[string]string) map[string]string {
 	return out
 }
 
+// fewValuedLabels are the label keys whose values are few (stages, classes, sets), so interned.
+var fewValuedLabels = map[string]bool{
+	schedulingv1alpha1.StageLabel:       true,
+	schedulingv1alpha1.WorkerClassLabel: true,
+	appsv1alpha1.WorkerSetLabel:         true,
+	discoveryv1.LabelManagedBy:          true,
+}
+
+// oneOf returns the first of known equal to s, or s: an object that holds one value twice (a
+// binding's name and its Service name, an owner's name and a label) then holds one string.
+func oneOf(s string, known ...string) string {
+	for _, k := range known {
+		if s == k {
+			return k
+		}
+	}
+	return s
+}
+
 // internMeta interns the namespace, the label and annotation keys and the owner references'
-// apiVersion and kind, and drops managedFields.
-func internMeta(m *metav1.ObjectMeta) {
+// apiVersion and kind, and drops managedFields. An owner's name, and a label value, equal to the
+// object's name, an owner's name or one of known share that string; the values of fewValuedLabels
+// are interned.
+func internMeta(m *metav1.ObjectMeta, known ...string) {
 	m.ManagedFields = nil
 	m.Namespace = intern(m.Namespace)
-	m.Labels = internKeys(m.Labels)
-	m.Annotations = internKeys(m.Annotations)
+	known = append(known, m.Name)
 	for i := range m.OwnerReferences {
 		ref := &m.OwnerReferences[i]
 		ref.APIVersion, ref.Kind = intern(ref.APIVersion), intern(ref.Kind)
 		ref.Controller, ref.BlockOwnerDeletion = sharedBool(ref.Controller), sharedBool(ref.BlockOwnerDeletion)
+		ref.Name = oneOf(ref.Name, known...)
+		known = append(known, ref.Name)
 	}
+	if len(m.Labels) > 0 {
+		labels := make(map[string]string, len(m.Labels))
+		for k, v := range m.Labels {
+			if fewValuedLabels[k] {
+				v = intern(v)
+			} else {
+				v = oneOf(v, known...)
+			}
+			labels[intern(k)] = v
+		}
+		m.Labels = labels
+	}
+	m.Annotations = internKeys(m.Annotations)
 }
 
 // internType interns an object's apiVersion and kind, which a JSON decoder fills in per object.
@@ -239,8 +275,14 @@ func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *schedulingv1alpha1.PipelineBinding:
 		internType(&o.TypeMeta)
-		internMeta(&o.ObjectMeta)
 		o.Spec.Stage, o.Spec.Class = intern(o.Spec.Stage), intern(o.Spec.Class)
+		internMeta(&o.ObjectMeta, o.Spec.Pipeline, o.Spec.Stage)
+		o.Spec.Pipeline = oneOf(o.Spec.Pipeline, o.Labels[schedulingv1alpha1.PipelineLabel])
+		o.Status.ServiceName = oneOf(o.Status.ServiceName, o.Name)
+		o.Status.ServingPod = oneOf(o.Status.ServingPod, o.Spec.Pod)
+		if o.Status.PodUID == o.Spec.PodUID {
+			o.Status.PodUID = o.Spec.PodUID
+		}
 		o.Status.Phase = schedulingv1alpha1.BindingPhase(intern(string(o.Status.Phase)))
 		internConditions(o.Status.Conditions)
 	case *schedulingv1alpha1.Pipeline:

@@ -73,6 +73,15 @@ func TestInternObjectSharesRepeatedStringsAndChangesNoValue(t *testing.T) {
 			t.Errorf("%s must not be interned", what)
 		}
 	}
+	// One value held twice by one object is one string.
+	for what, pair := range map[string][2]string{
+		"owner name and spec.pipeline":  {a.OwnerReferences[0].Name, a.Spec.Pipeline},
+		"pipeline label and owner name": {a.Labels[schedulingv1alpha1.PipelineLabel], a.OwnerReferences[0].Name},
+	} {
+		if !sameData(pair[0], pair[1]) {
+			t.Errorf("the %s %q are held twice", what, pair[0])
+		}
+	}
 	if a.OwnerReferences[0].Controller != b.OwnerReferences[0].Controller {
 		t.Error("the owner references' controller flags must share one bool")
 	}
