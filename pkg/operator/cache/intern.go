@@ -22,6 +22,8 @@ import (
 // every such field one shared copy (internObject). Only fields with few distinct values are
 // interned (never names, UIDs or messages), and the table is bounded, so a cluster with
 // unexpectedly many distinct values costs at most internLimit entries and then stops sharing.
+// Maps, slices and messages that repeat whole (a selector, a class's ports, a pipeline's stages or
+// condition message) are shared the same way through a second bounded table (shareMap).
 
 // internLimit bounds the intern table.
 const internLimit = 4096
@@ -141,10 +143,11 @@ func sharePorts(ports []corev1.ServicePort) []corev1.ServicePort {
 		p := &ports[i]
 		p.Name, p.Protocol = intern(p.Name), corev1.Protocol(intern(string(p.Protocol)))
 		p.TargetPort.StrVal = intern(p.TargetPort.StrVal)
-		fmt.Fprintf(&b, "\x00%s\x00%s\x00%d\x00%d\x00%d\x00%s\x00%d", p.Name, p.Protocol, p.Port, p.TargetPort.Type, p.TargetPort.IntVal, p.TargetPort.StrVal, p.NodePort)
+		app := "\x01" // no appProtocol, told apart from an empty one
 		if p.AppProtocol != nil {
-			b.WriteString("\x00" + *p.AppProtocol)
+			app = *p.AppProtocol
 		}
+		fmt.Fprintf(&b, "\x00%s\x00%s\x00%d\x00%d\x00%d\x00%s\x00%d\x00%s", p.Name, p.Protocol, p.Port, p.TargetPort.Type, p.TargetPort.IntVal, p.TargetPort.StrVal, p.NodePort, app)
 	}
 	return shareMap(b.String(), ports)
 }
