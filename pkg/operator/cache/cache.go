@@ -26,7 +26,8 @@ import (
 // Options narrows a manager's cache to what the operator's controllers read, strips
 // managedFields from every cached object and shares the strings thousands of them repeat
 // (internObject):
-//   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset);
+//   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset), trimmed to
+//     what the controllers read (TrimPod);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
 //     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
@@ -52,7 +53,7 @@ func Options(base crcache.Options) crcache.Options {
 		base.ByObject = map[client.Object]crcache.ByObject{}
 	}
 	workerSets := exists(appsv1alpha1.WorkerSetLabel)
-	base.ByObject[&corev1.Pod{}] = crcache.ByObject{Label: workerSets}
+	base.ByObject[&corev1.Pod{}] = crcache.ByObject{Label: workerSets, Transform: TrimPod}
 	base.ByObject[&appsv1.ControllerRevision{}] = crcache.ByObject{Label: workerSets}
 	base.ByObject[&corev1.PersistentVolumeClaim{}] = crcache.ByObject{Label: workerSets}
 	base.ByObject[&autoscalingv2.HorizontalPodAutoscaler{}] = crcache.ByObject{Label: exists(schedulingv1alpha1.WorkerClassLabel)}
@@ -83,6 +84,28 @@ func TrimService(obj any) (any, error) {
 	svc.Spec = corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports}
 	svc.Status = corev1.ServiceStatus{}
 	return internObject(svc)
+}
+
+// TrimPod keeps what the controllers read of a worker Pod: its metadata, its phase and conditions
+// (workerpod.Ready, a WorkerSet's counts, a binding's dead-end grace), the node, hostname and
+// subdomain it runs as, and its containers' names and ports (a Service's named target port in the
+// routes). Container statuses, volumes, tolerations, images, probes and resources are dropped: at
+// one worker per ten pipelines they were a kilobyte and more per pipeline. The operator creates
+// worker Pods from their WorkerSet's template, never from a cached copy, and patches them only
+// with merge patches between two cached copies.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	containers := make([]corev1.Container, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name, Ports: c.Ports}
+	}
+	pod.Spec = corev1.PodSpec{Containers: containers, NodeName: pod.Spec.NodeName, Hostname: pod.Spec.Hostname,
+		Subdomain: pod.Spec.Subdomain, SchedulerName: pod.Spec.SchedulerName}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, PodIP: pod.Status.PodIP}
+	return internObject(pod)
 }
 
 // TrimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name

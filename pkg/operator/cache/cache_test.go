@@ -3,8 +3,10 @@ package cache
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -85,4 +87,79 @@ func TestOptionsSelectTheOperatorsOwnObjects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// workerPod is a worker Pod as the API server returns it once it runs: defaulted, admitted (a
+// service account volume, default tolerations) and with container statuses.
+func workerPod() *corev1.Pod {
+	now := metav1.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "blue-3", Namespace: "ns", UID: "uid-blue-3", Labels: map[string]string{appsv1alpha1.WorkerSetLabel: "blue", appsv1alpha1.PodIndexLabel: "3"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps.conveyor.dev/v1alpha1", Kind: "WorkerSet", Name: "blue", UID: "uid-blue", Controller: ptr.To(true)}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "conveyor-operator"}}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "worker", Image: "registry.example/worker:v1", ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				Env:            []corev1.EnvVar{{Name: "MODE", Value: "fast"}},
+				VolumeMounts:   []corev1.VolumeMount{{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready"}}}}},
+			Volumes:       []corev1.Volume{{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}},
+			Tolerations:   []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}},
+			NodeName:      "node-1",
+			Hostname:      "blue-3",
+			Subdomain:     "blue",
+			SchedulerName: "conveyor-scheduler",
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.3", HostIP: "192.168.0.1", StartTime: &now,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", Ready: true, Image: "registry.example/worker:v1", ImageID: "sha256:abc", ContainerID: "containerd://abc"}}},
+	}
+}
+
+func TestTrimPodKeepsWhatTheControllersRead(t *testing.T) {
+	pod := workerPod()
+	want := workerPod()
+	out, err := TrimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Pod)
+	want.ManagedFields = nil
+	if !apiequality.Semantic.DeepEqual(got.ObjectMeta, want.ObjectMeta) {
+		t.Errorf("metadata changed:\n got %+v\nwant %+v", got.ObjectMeta, want.ObjectMeta)
+	}
+	if got.Status.Phase != want.Status.Phase || !apiequality.Semantic.DeepEqual(got.Status.Conditions, want.Status.Conditions) || got.Status.PodIP != want.Status.PodIP {
+		t.Errorf("phase, conditions or IP changed: %+v", got.Status)
+	}
+	if len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Name != "worker" || !apiequality.Semantic.DeepEqual(got.Spec.Containers[0].Ports, want.Spec.Containers[0].Ports) {
+		t.Errorf("the containers' names and ports changed: %+v", got.Spec.Containers)
+	}
+	if got.Spec.NodeName != "node-1" || got.Spec.Hostname != "blue-3" || got.Spec.Subdomain != "blue" || got.Spec.SchedulerName != "conveyor-scheduler" {
+		t.Errorf("node, hostname, subdomain or scheduler changed: %+v", got.Spec)
+	}
+	c := got.Spec.Containers[0]
+	if c.Image != "" || c.Env != nil || c.VolumeMounts != nil || c.ReadinessProbe != nil || got.Spec.Volumes != nil || got.Spec.Tolerations != nil ||
+		got.Status.ContainerStatuses != nil || got.Status.StartTime != nil || got.Status.HostIP != "" {
+		t.Errorf("a field no controller reads is still cached: %+v", got)
+	}
+}
+
+func TestOptionsTrimWorkerPods(t *testing.T) {
+	for obj, by := range Options(crcache.Options{}).ByObject {
+		if _, ok := obj.(*corev1.Pod); !ok {
+			continue
+		}
+		if by.Transform == nil {
+			t.Fatal("worker Pods are cached untrimmed")
+		}
+		out, err := by.Transform(workerPod())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pod := out.(*corev1.Pod); pod.Status.ContainerStatuses != nil || pod.Spec.Volumes != nil {
+			t.Errorf("the cache's Pod transform does not trim: %+v", pod)
+		}
+		return
+	}
+	t.Fatal("Pods are not configured")
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
@@ -17,6 +18,8 @@ import (
 // every such field one shared copy (internObject). Only fields with few distinct values are
 // interned (never names, UIDs or messages), and the table is bounded, so a cluster with
 // unexpectedly many distinct values costs at most internLimit entries and then stops sharing.
+// Maps, slices and messages that repeat whole (a selector, a class's ports, a pipeline's stages or
+// condition message) are shared the same way through a second bounded table (shareMap).
 
 // internLimit bounds the intern table.
 const internLimit = 4096
@@ -77,18 +80,58 @@ func internKeys(m map[string]string) map[string]string {
 	return out
 }
 
+// fewValuedLabels are the label keys whose values are few (stages, classes, sets), so interned.
+var fewValuedLabels = map[string]bool{
+	schedulingv1alpha1.StageLabel:       true,
+	schedulingv1alpha1.WorkerClassLabel: true,
+	appsv1alpha1.WorkerSetLabel:         true,
+	discoveryv1.LabelManagedBy:          true,
+}
+
+// oneOf returns the first of known equal to s, or s: an object that holds one value twice (a
+// binding's name and its Service name, an owner's name and a label) then holds one string.
+func oneOf(s string, known ...string) string {
+	for _, k := range known {
+		if s == k {
+			return k
+		}
+	}
+	return s
+}
+
 // internMeta interns the namespace, the label and annotation keys and the owner references'
-// apiVersion and kind, and drops managedFields.
-func internMeta(m *metav1.ObjectMeta) {
+// apiVersion and kind, and drops managedFields. An owner's name, and a label value, equal to the
+// object's name, an owner's name or one of known share that string; the values of fewValuedLabels
+// are interned.
+func internMeta(m *metav1.ObjectMeta, known ...string) {
 	m.ManagedFields = nil
 	m.Namespace = intern(m.Namespace)
-	m.Labels = internKeys(m.Labels)
-	m.Annotations = internKeys(m.Annotations)
+	known = append(known, m.Name)
 	for i := range m.OwnerReferences {
 		ref := &m.OwnerReferences[i]
 		ref.APIVersion, ref.Kind = intern(ref.APIVersion), intern(ref.Kind)
 		ref.Controller, ref.BlockOwnerDeletion = sharedBool(ref.Controller), sharedBool(ref.BlockOwnerDeletion)
+		ref.Name = oneOf(ref.Name, known...)
+		known = append(known, ref.Name)
 	}
+	if len(m.Labels) > 0 {
+		labels := make(map[string]string, len(m.Labels))
+		for k, v := range m.Labels {
+			if fewValuedLabels[k] {
+				v = intern(v)
+			} else {
+				v = oneOf(v, known...)
+			}
+			labels[intern(k)] = v
+		}
+		m.Labels = labels
+	}
+	m.Annotations = internKeys(m.Annotations)
+}
+
+// internType interns an object's apiVersion and kind, which a JSON decoder fills in per object.
+func internType(t *metav1.TypeMeta) {
+	t.APIVersion, t.Kind = intern(t.APIVersion), intern(t.Kind)
 }
 
 func internConditions(cs []metav1.Condition) {
@@ -100,31 +143,32 @@ func internConditions(cs []metav1.Condition) {
 
 // internObject is the cache's default transform: it drops managedFields and interns the
 // repeated strings of the kinds the operator holds by the thousand (Pipelines, bindings, and,
-// after their own trimming, Services, EndpointSlices and ConfigMaps). Other kinds only lose their
+// after their own trimming, worker Pods, Services, EndpointSlices and ConfigMaps). Other kinds only lose their
 // managedFields.
 func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *schedulingv1alpha1.PipelineBinding:
-		internMeta(&o.ObjectMeta)
+		internType(&o.TypeMeta)
 		o.Spec.Stage, o.Spec.Class = intern(o.Spec.Stage), intern(o.Spec.Class)
+		internMeta(&o.ObjectMeta, o.Spec.Pipeline, o.Spec.Stage)
+		o.Spec.Pipeline = oneOf(o.Spec.Pipeline, o.Labels[schedulingv1alpha1.PipelineLabel])
+		o.Status.ServiceName = oneOf(o.Status.ServiceName, o.Name)
+		o.Status.ServingPod = oneOf(o.Status.ServingPod, o.Spec.Pod)
+		if o.Status.PodUID == o.Spec.PodUID {
+			o.Status.PodUID = o.Spec.PodUID
+		}
 		o.Status.Phase = schedulingv1alpha1.BindingPhase(intern(string(o.Status.Phase)))
 		internConditions(o.Status.Conditions)
 	case *schedulingv1alpha1.Pipeline:
+		internType(&o.TypeMeta)
 		internMeta(&o.ObjectMeta)
-		if len(o.Spec.Workers) > 0 {
-			workers := make(map[string]schedulingv1alpha1.PipelineWorker, len(o.Spec.Workers))
-			for stage, w := range o.Spec.Workers {
-				w.Class = intern(w.Class)
-				for i := range w.Next {
-					w.Next[i] = intern(w.Next[i])
-				}
-				workers[intern(stage)] = w
-			}
-			o.Spec.Workers = workers
-		}
+		o.Spec.Workers = shareWorkers(o.Spec.Workers)
 		o.Status.Bindings = internKeys(o.Status.Bindings)
 		o.Status.Phase = schedulingv1alpha1.PipelinePhase(intern(string(o.Status.Phase)))
 		internConditions(o.Status.Conditions)
+		for i := range o.Status.Conditions {
+			o.Status.Conditions[i].Message = shareMessage(o.Status.Conditions[i].Message)
+		}
 	case *corev1.Service:
 		internMeta(&o.ObjectMeta)
 		o.Spec.Type = corev1.ServiceType(intern(string(o.Spec.Type)))
@@ -133,12 +177,8 @@ func internObject(obj any) (any, error) {
 		if o.Spec.ClusterIP == corev1.ClusterIPNone {
 			o.Spec.ClusterIP = corev1.ClusterIPNone
 		}
-		o.Spec.Selector = internKeys(o.Spec.Selector)
-		for i := range o.Spec.Ports {
-			p := &o.Spec.Ports[i]
-			p.Name, p.Protocol = intern(p.Name), corev1.Protocol(intern(string(p.Protocol)))
-			p.TargetPort.StrVal = intern(p.TargetPort.StrVal)
-		}
+		o.Spec.Selector = shareStrings("selector", o.Spec.Selector)
+		o.Spec.Ports = sharePorts(o.Spec.Ports)
 	case *discoveryv1.EndpointSlice:
 		internMeta(&o.ObjectMeta)
 		o.AddressType = discoveryv1.AddressType(intern(string(o.AddressType)))
@@ -148,6 +188,21 @@ func internObject(obj any) (any, error) {
 			if ep.TargetRef != nil {
 				ep.TargetRef.Kind = intern(ep.TargetRef.Kind)
 			}
+		}
+	case *corev1.Pod:
+		internMeta(&o.ObjectMeta)
+		o.Spec.SchedulerName = intern(o.Spec.SchedulerName)
+		for i := range o.Spec.Containers {
+			c := &o.Spec.Containers[i]
+			c.Name = intern(c.Name)
+			for j := range c.Ports {
+				c.Ports[j].Name, c.Ports[j].Protocol = intern(c.Ports[j].Name), corev1.Protocol(intern(string(c.Ports[j].Protocol)))
+			}
+		}
+		o.Status.Phase = corev1.PodPhase(intern(string(o.Status.Phase)))
+		for i := range o.Status.Conditions {
+			c := &o.Status.Conditions[i]
+			c.Type, c.Status = corev1.PodConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
 		}
 	case *corev1.ConfigMap:
 		internMeta(&o.ObjectMeta)

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -10,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -71,6 +73,15 @@ func TestInternObjectSharesRepeatedStringsAndChangesNoValue(t *testing.T) {
 			t.Errorf("%s must not be interned", what)
 		}
 	}
+	// One value held twice by one object is one string.
+	for what, pair := range map[string][2]string{
+		"owner name and spec.pipeline":  {a.OwnerReferences[0].Name, a.Spec.Pipeline},
+		"pipeline label and owner name": {a.Labels[schedulingv1alpha1.PipelineLabel], a.OwnerReferences[0].Name},
+	} {
+		if !sameData(pair[0], pair[1]) {
+			t.Errorf("the %s %q are held twice", what, pair[0])
+		}
+	}
 	if a.OwnerReferences[0].Controller != b.OwnerReferences[0].Controller {
 		t.Error("the owner references' controller flags must share one bool")
 	}
@@ -104,5 +115,73 @@ func TestInternObjectKeepsTrimmedKindsEqual(t *testing.T) {
 	}
 	if slice.Endpoints[0].Conditions.Ready != &sharedTrue || slice.Endpoints[0].Conditions.Serving != &sharedFalse || slice.Endpoints[0].Conditions.Terminating != nil {
 		t.Errorf("endpoint conditions must point at the shared bools, nil staying nil: %+v", slice.Endpoints[0].Conditions)
+	}
+}
+
+func samePointer[M any](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
+	c := strings.Clone
+	service := func(name, pod string, port int32) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: map[string]string{c("apps.conveyor.dev/pod-name"): c(pod)},
+				Ports: []corev1.ServicePort{{Name: c("http"), Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromString(c("http"))}}}}
+	}
+	pipeline := func(name string, next []string) *schedulingv1alpha1.Pipeline {
+		return &schedulingv1alpha1.Pipeline{TypeMeta: metav1.TypeMeta{APIVersion: c("scheduling.conveyor.dev/v1alpha1"), Kind: c("Pipeline")},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: schedulingv1alpha1.PipelineSpec{Workers: map[string]schedulingv1alpha1.PipelineWorker{
+				c("first"): {Class: c("blue"), Next: next}, c("second"): {Class: c("green")}}},
+			Status: schedulingv1alpha1.PipelineStatus{Conditions: []metav1.Condition{{Type: c("Ready"), Status: metav1.ConditionTrue, Reason: c("BindingsReady"), Message: c("all 2 bindings are Ready")}}}}
+	}
+	a, b, other := service("p-first", "blue-0", 80), service("q-first", "blue-0", 80), service("r-first", "blue-1", 81)
+	p, q := pipeline("p", []string{c("second")}), pipeline("q", []string{c("second")})
+	empty, none := pipeline("e", []string{}), pipeline("n", nil)
+	objs := []runtime.Object{a, b, other, p, q, empty, none}
+	before := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		before[i] = o.DeepCopyObject()
+		if _, err := internObject(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range objs {
+		// Semantic.DeepEqual does not tell an empty list from a missing one; a sharing of
+		// the two would.
+		if !reflect.DeepEqual(o, before[i]) {
+			t.Errorf("sharing changed %T:\n got %+v\nwant %+v", o, o, before[i])
+		}
+	}
+	if !samePointer(a.Spec.Selector, b.Spec.Selector) {
+		t.Error("two Services selecting the same Pod must share one selector map")
+	}
+	if samePointer(a.Spec.Selector, other.Spec.Selector) {
+		t.Error("Services selecting different Pods must not share a selector")
+	}
+	if &a.Spec.Ports[0] != &b.Spec.Ports[0] {
+		t.Error("two Services with the same ports must share one ports slice")
+	}
+	if &a.Spec.Ports[0] == &other.Spec.Ports[0] {
+		t.Error("Services with different ports must not share them")
+	}
+	if !sameData(p.Status.Conditions[0].Message, q.Status.Conditions[0].Message) {
+		t.Error("two Pipelines with the same condition message must share one string")
+	}
+	if !samePointer(p.Spec.Workers, q.Spec.Workers) {
+		t.Error("two Pipelines with the same stages must share one workers map")
+	}
+	if samePointer(p.Spec.Workers, empty.Spec.Workers) || samePointer(empty.Spec.Workers, none.Spec.Workers) {
+		t.Error("Pipelines with different stages must not share a workers map")
+	}
+	if !sameData(p.Kind, q.Kind) || !sameData(p.APIVersion, q.APIVersion) {
+		t.Error("the apiVersion and kind of two Pipelines must be one shared string each")
+	}
+	// A deep copy of a cached object must not write through the shared map.
+	cp := a.DeepCopy()
+	cp.Spec.Selector["apps.conveyor.dev/pod-name"] = "blue-9"
+	if b.Spec.Selector["apps.conveyor.dev/pod-name"] != "blue-0" {
+		t.Fatal("a deep copy wrote through the shared selector")
 	}
 }
