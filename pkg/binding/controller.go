@@ -150,7 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		// A slice of another Service of this name (deleted by a serviceType switch and not yet
 		// collected) says nothing of this one: only the slices this Service owns count.
-		if slice.Labels[discoveryv1.LabelServiceName] == b.Name && ownedByService(&slice, svc.uid) {
+		if ownedByService(&slice, b.Name, svc.uid) {
 			slices = append(slices, slice)
 		}
 	}
@@ -318,18 +318,11 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 	return st, recheck
 }
 
-// ownedByService says the slice belongs to the Service of that UID (the EndpointSlice controller
-// makes a Service the owner of its slices); no slice belongs to a Service whose UID is not known.
-func ownedByService(slice *discoveryv1.EndpointSlice, uid types.UID) bool {
-	if uid == "" {
-		return false
-	}
-	for _, ref := range slice.OwnerReferences {
-		if ref.Kind == "Service" && ref.UID == uid {
-			return true
-		}
-	}
-	return false
+// ownedByService says the slice belongs to the Service of that name and UID (SliceService); no
+// slice belongs to a Service whose UID is not known.
+func ownedByService(slice *discoveryv1.EndpointSlice, name string, uid types.UID) bool {
+	ref, ok := SliceService(slice)
+	return ok && uid != "" && ref.Name == name && ref.UID == uid
 }
 
 // recreatedSinceReady says the binding's Service was created after the binding last became Ready

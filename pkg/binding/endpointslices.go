@@ -5,7 +5,8 @@ import (
 	"slices"
 	"sync"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,7 +16,7 @@ import (
 )
 
 // sliceNames is the binding controller's EndpointSlice event handler. It records the names of each
-// Service's slices (the service-name label) and then enqueues the Service's binding, which has the
+// Service's slices (SliceService) and then enqueues the Service's binding, which has the
 // Service's name. A reconcile reads the slices it names from the cache by name.
 //
 // It replaces a cache field index by service name, which controller-runtime would keep twice per
@@ -29,13 +30,29 @@ type sliceNames struct {
 
 var _ handler.EventHandler = &sliceNames{}
 
-// serviceOf is the Service a slice belongs to; ok is false for a slice without the label.
+// SliceService is the Service an EndpointSlice belongs to: its controlling owner, when that is a
+// core Service (the EndpointSlice controller makes each slice's Service its controller, and names
+// the same Service in the kubernetes.io/service-name label). ok is false for a slice without one,
+// such as a slice another controller made. The operator's cache keeps a slice's Service owner
+// references and drops its labels, so this is how a cached slice names its Service.
+func SliceService(slice metav1.Object) (ref metav1.OwnerReference, ok bool) {
+	owner := metav1.GetControllerOfNoCopy(slice)
+	if owner == nil || owner.Kind != "Service" || owner.Name == "" {
+		return metav1.OwnerReference{}, false
+	}
+	if gv, err := schema.ParseGroupVersion(owner.APIVersion); err != nil || gv.Group != "" {
+		return metav1.OwnerReference{}, false
+	}
+	return *owner, true
+}
+
+// serviceOf is the Service a slice belongs to (SliceService); ok is false for a slice without one.
 func serviceOf(o client.Object) (types.NamespacedName, bool) {
 	if o == nil {
 		return types.NamespacedName{}, false
 	}
-	svc := o.GetLabels()[discoveryv1.LabelServiceName]
-	return types.NamespacedName{Namespace: o.GetNamespace(), Name: svc}, svc != ""
+	ref, ok := SliceService(o)
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}, ok
 }
 
 // of names the slices of a Service.

@@ -134,11 +134,12 @@ func (w *world) service(t *testing.T, name string) *corev1.Service {
 }
 
 // addSlice creates an EndpointSlice owned by the Service of that UID that lists the Pod as ready,
-// and tells the controller's slice map of it as the informer would.
+// without labels (the operator's cache drops them), and tells the controller's slice map of it as
+// the informer would.
 func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UID) {
 	t.Helper()
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: service},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: service, UID: owner, Controller: new(true)}}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(pod + "-uid")}}},

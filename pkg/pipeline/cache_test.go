@@ -66,8 +66,11 @@ func TestTrimServiceKeepsWhatTheBindingControllerReads(t *testing.T) {
 }
 
 func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
+	meta := cachedMeta("p-a-xyz")
+	// The EndpointSlice controller makes the slice's Service its controller.
+	meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "p-a", UID: "uid-svc", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  cachedMeta("p-a-xyz"),
+		ObjectMeta:  meta,
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 		Endpoints: []discoveryv1.Endpoint{
@@ -86,10 +89,10 @@ func TestTrimEndpointSliceKeepsReadinessAndTheServiceName(t *testing.T) {
 	if after := binding.ReadyEndpointPods([]discoveryv1.EndpointSlice{*got}); !apiequality.Semantic.DeepEqual(before, after) || len(after) != 1 {
 		t.Errorf("ready endpoints changed by trimming: before %v, after %v", before, after)
 	}
-	if want := map[string]string{discoveryv1.LabelServiceName: "p-a"}; !apiequality.Semantic.DeepEqual(got.Labels, want) {
-		t.Errorf("labels = %v, want only %v (the slice index and sliceToBinding read it)", got.Labels, want)
+	if ref, ok := binding.SliceService(got); !ok || ref.Name != "p-a" || ref.UID != "uid-svc" {
+		t.Errorf("the trimmed slice names Service %q (UID %q), %v; want p-a, uid-svc", ref.Name, ref.UID, ok)
 	}
-	if got.Ports != nil || got.Endpoints[0].Addresses != nil || got.Endpoints[0].NodeName != nil || got.OwnerReferences != nil || got.ManagedFields != nil {
+	if got.Ports != nil || got.Endpoints[0].Addresses != nil || got.Endpoints[0].NodeName != nil || got.Labels != nil || got.ManagedFields != nil {
 		t.Errorf("what no controller reads must go: %+v", got)
 	}
 }

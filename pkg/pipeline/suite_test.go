@@ -188,14 +188,14 @@ func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
 	}
 	for _, svc := range services.Items {
 		// The EndpointSlice controller copies the Service's labels to its slices (the operator's
-		// cache keeps only slices with the pipeline label).
+		// cache keeps only slices with the pipeline label) and makes the Service their controller.
 		labels := map[string]string{discoveryv1.LabelServiceName: svc.Name}
 		for k, v := range svc.Labels {
 			labels[k] = v
 		}
 		slice := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: ns, Labels: labels,
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)}}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 		}
 		for i := range pods.Items {

@@ -108,8 +108,12 @@ func TrimPod(obj any) (any, error) {
 	return internObject(pod)
 }
 
-// TrimEndpointSlice keeps what readyEndpointPods and the slice index read: the service-name
-// label, and each endpoint's conditions and target Pod.
+// TrimEndpointSlice keeps what the binding controller reads of a slice: its Service owner
+// references (the controlling one names the slice's Service, and its UID tells that Service from an
+// earlier one of the same name) and each endpoint's conditions and target Pod (ReadyEndpointPods).
+// Its labels go: the cache selects slices by label on the server, and no reader of a cached slice
+// reads them (the service-name label names the same Service as the controlling owner). The
+// operator never writes an EndpointSlice (its role may only list and watch them).
 func TrimEndpointSlice(obj any) (any, error) {
 	slice, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
@@ -127,11 +131,7 @@ func TrimEndpointSlice(obj any) (any, error) {
 	}
 	slice.OwnerReferences = owners
 	slice.GenerateName = ""
-	if svc, ok := slice.Labels[discoveryv1.LabelServiceName]; ok {
-		slice.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
-	} else {
-		slice.Labels = nil
-	}
+	slice.Labels = nil
 	slice.Ports = nil
 	for i := range slice.Endpoints {
 		ep := discoveryv1.Endpoint{Conditions: slice.Endpoints[i].Conditions}

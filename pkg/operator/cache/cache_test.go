@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -162,4 +163,41 @@ func TestOptionsTrimWorkerPods(t *testing.T) {
 		return
 	}
 	t.Fatal("Pods are not configured")
+}
+
+// TestTrimEndpointSliceDropsLabelsAndKeepsTheServiceOwner: a slice as the EndpointSlice controller
+// writes it loses its labels (the cache selects slices on the server, and the binding controller
+// names a slice's Service by its controlling owner), and keeps that owner with its UID.
+func TestTrimEndpointSliceDropsLabelsAndKeepsTheServiceOwner(t *testing.T) {
+	service := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: "p-a", UID: "svc-uid", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "p-a-abcde", GenerateName: "p-a-", Namespace: "ns", UID: "slice-uid", ResourceVersion: "7",
+			Labels: map[string]string{schedulingv1alpha1.PipelineLabel: "p", schedulingv1alpha1.StageLabel: "a", discoveryv1.LabelServiceName: "p-a",
+				discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io", "service.kubernetes.io/headless": ""},
+			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-27T01:00:00Z"},
+			OwnerReferences: []metav1.OwnerReference{service},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "green-0", UID: "pod-uid"}}},
+	}
+	out, err := TrimEndpointSlice(slice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*discoveryv1.EndpointSlice)
+	if got.Labels != nil {
+		t.Errorf("labels = %v, want none", got.Labels)
+	}
+	want := service
+	want.BlockOwnerDeletion = nil
+	if len(got.OwnerReferences) != 1 || !apiequality.Semantic.DeepEqual(got.OwnerReferences[0], want) {
+		t.Errorf("owner references = %+v, want only the controlling Service %+v", got.OwnerReferences, want)
+	}
+	if got.Name != "p-a-abcde" || got.Namespace != "ns" || got.UID != "slice-uid" || got.ResourceVersion != "7" {
+		t.Errorf("the slice's identity changed: %+v", got.ObjectMeta)
+	}
+	if len(got.Endpoints) != 1 || got.Endpoints[0].TargetRef == nil || got.Endpoints[0].TargetRef.Name != "green-0" || !ptr.Deref(got.Endpoints[0].Conditions.Ready, false) {
+		t.Errorf("the endpoint's target and readiness changed: %+v", got.Endpoints)
+	}
 }
