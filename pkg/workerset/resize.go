@@ -9,8 +9,9 @@ import (
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 )
 
-// claimResize raises a claim's storage request to its template's (Kubernetes issue 68737: a
-// StatefulSet never does this; a WorkerSet does, where the StorageClass allows expansion).
+// claimResize raises a claim's storage request to its template's, where the StorageClass allows
+// expansion: a StatefulSet never resizes the claims it made, so a larger template would otherwise
+// reach new Pods only.
 type claimResize struct {
 	claim   *corev1.PersistentVolumeClaim
 	storage resource.Quantity

@@ -162,8 +162,8 @@ func TestIntegrationRollingUpdatePartition(t *testing.T) {
 	wantImages(t, ns, map[string]string{"p-0": "worker:1", "p-1": "worker:1", "p-2": "worker:2", "p-3": "worker:2"})
 }
 
-// TestIntegrationBrokenRolloutRecovery reproduces Kubernetes issue 67250: a template whose Pods
-// never become Ready, then the revert. The rollout must un-stick with no manual Pod deletion,
+// TestIntegrationBrokenRolloutRecovery covers the rollout a StatefulSet waits on forever: a
+// template whose Pods never become Ready, then the revert. The rollout must un-stick with no manual Pod deletion,
 // under both Pod management policies and both update strategies.
 func TestIntegrationBrokenRolloutRecovery(t *testing.T) {
 	needEnv(t)

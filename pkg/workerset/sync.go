@@ -282,7 +282,7 @@ func drainAcknowledged(pod *corev1.Pod) bool {
 // time, all others Ready, under OrderedReady); OnDelete replaces nothing by itself. Under both, a
 // Pod that may be updated, is not on the update revision and is not Ready is replaced at once,
 // whatever maxUnavailable and the policy say: so reverting a bad template un-sticks a rollout with
-// no manual deletion (Kubernetes issue 67250). A Pod that carries pipelines (a
+// no manual deletion (a StatefulSet waits forever on such a Pod). A Pod that carries pipelines (a
 // predelete.conveyor.dev/ label) is drained first, as on scale-down. It returns how many Pods
 // still await the update, and the UIDs of the Pods whose PreparingDelete mark it keeps.
 func planUpdate(s *scope, p *plan, waiting bool) (pending int, replacing map[types.UID]bool) {
