@@ -85,9 +85,9 @@ type auditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	ResponseObject json.RawMessage `json:"responseObject"`
-	Received time.Time `json:"requestReceivedTimestamp"`
-	Stage    time.Time `json:"stageTimestamp"`
-	StageID  string    `json:"stage"`
+	Received       time.Time       `json:"requestReceivedTimestamp"`
+	Stage          time.Time       `json:"stageTimestamp"`
+	StageID        string          `json:"stage"`
 }
 
 // ReadWrites reads the writes of the audit log whose client (the user agent's binary name) has
