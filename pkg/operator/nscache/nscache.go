@@ -137,7 +137,7 @@ func NewFunc(got func(*Cache)) cache.NewCacheFunc {
 }
 
 // Start runs the cluster-wide cache and every added namespace's informers until ctx ends, then
-// stops them all and returns once they have stopped.
+// stops them all, forgets every namespace and returns once they have stopped. A Cache runs once.
 func (c *Cache) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started {
@@ -165,6 +165,7 @@ func (c *Cache) Start(ctx context.Context) error {
 	c.baseCancel()
 	c.mu.Lock()
 	c.stopped = true
+	clear(c.spaces)
 	c.mu.Unlock()
 	c.wg.Wait()
 	if clusterErr != nil {
@@ -261,7 +262,11 @@ func (c *Cache) AddNamespace(ctx context.Context, ns string) error {
 func (c *Cache) addSpace(ns string) (*space, error) {
 	c.mu.RLock()
 	sp, ok := c.spaces[ns]
+	stopped := c.stopped
 	c.mu.RUnlock()
+	if stopped {
+		return nil, errors.New("nscache: the cache has stopped")
+	}
 	if ok {
 		return sp, nil
 	}
