@@ -64,7 +64,9 @@ type space struct {
 	// Guarded by Cache.mu.
 	started   bool
 	informers map[kindKey]*nsInformer
-	gen       int // bumped on every informer or handler added, so a sync wait sees late additions
+	// changed is closed and replaced whenever an informer or handler is added to or removed from
+	// the namespace, so that a sync wait looks again (a removed handler may never sync).
+	changed chan struct{}
 
 	// captured is the informer the namespace's cache built during the last GetInformer call.
 	captureMu sync.Mutex
@@ -88,6 +90,7 @@ func (c *Cache) newSpace(ns string) *space {
 		ctx:       ctx,
 		cancel:    cancel,
 		synced:    make(chan struct{}),
+		changed:   make(chan struct{}),
 		informers: map[kindKey]*nsInformer{},
 	}
 }
@@ -95,7 +98,7 @@ func (c *Cache) newSpace(ns string) *space {
 // newInformer is the namespace cache's informer constructor: it wraps the informer so that its
 // sync checker also ends when the namespace stops, and remembers it for addKindToSpaceLocked.
 func (sp *space) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	inf := &nsInformer{SharedIndexInformer: sp.newInner(lw, obj, resync, indexers), stop: sp.ctx.Done()}
+	inf := &nsInformer{SharedIndexInformer: sp.newInner(lw, obj, resync, indexers), stop: sp.ctx.Done(), removed: make(chan struct{})}
 	sp.captureMu.Lock()
 	sp.captured = inf
 	sp.captureMu.Unlock()
@@ -108,6 +111,12 @@ func (sp *space) takeCaptured() *nsInformer {
 	inf := sp.captured
 	sp.captured = nil
 	return inf
+}
+
+// changedLocked wakes the sync waits of sp. Cache.mu must be held (for writing).
+func (sp *space) changedLocked() {
+	close(sp.changed)
+	sp.changed = make(chan struct{})
 }
 
 // markSynced closes sp.synced once. Cache.mu must be held.
@@ -158,7 +167,7 @@ func (c *Cache) addKindToSpaceLocked(k *kind, sp *space) error {
 		return fmt.Errorf("nscache: the cache of namespace %s built no informer for %s", sp.name, k.key.gvk)
 	}
 	sp.informers[k.key] = inf
-	sp.gen++
+	sp.changedLocked()
 	for _, f := range k.fields {
 		if err := sp.cache.IndexField(sp.ctx, k.proto, f.field, f.extract); err != nil {
 			return fmt.Errorf("nscache: index %s of %s in namespace %s: %w", f.field, k.key.gvk, sp.name, err)
@@ -198,8 +207,10 @@ func (c *Cache) ensureKind(key kindKey, proto client.Object) (*kind, error) {
 	for _, sp := range c.spaces {
 		if err := c.addKindToSpaceLocked(k, sp); err != nil {
 			for _, done := range c.spaces {
-				if _, ok := done.informers[key]; ok {
+				if inf, ok := done.informers[key]; ok {
 					delete(done.informers, key)
+					close(inf.removed)
+					done.changedLocked()
 					_ = done.cache.RemoveInformer(done.ctx, proto)
 				}
 			}
@@ -211,10 +222,12 @@ func (c *Cache) ensureKind(key kindKey, proto client.Object) (*kind, error) {
 }
 
 // nsInformer is one namespace's informer of one kind. Its sync checker ends when the informer
-// syncs or the namespace stops, so that nothing waiting on it outlives the namespace.
+// syncs, the namespace stops or the informer is removed, so that nothing waiting on it outlives
+// it.
 type nsInformer struct {
 	toolscache.SharedIndexInformer
-	stop <-chan struct{}
+	stop    <-chan struct{}
+	removed chan struct{} // closed by RemoveInformer
 
 	once sync.Once
 	done chan struct{}
@@ -234,6 +247,7 @@ func (s *syncedOrStopped) Done() <-chan struct{} {
 			select {
 			case <-synced:
 			case <-s.stop:
+			case <-s.removed:
 			}
 			close(s.done)
 		}()
@@ -294,16 +308,15 @@ func (f *fanInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandl
 	if c.kinds[f.k.key] != f.k {
 		return nil, fmt.Errorf("nscache: the informer for %s was removed", f.k.key.gvk)
 	}
-	r := &registration{c: c, k: f.k, handler: h, opts: opts, regs: map[*space]toolscache.ResourceEventHandlerRegistration{}}
+	r := &registration{c: c, k: f.k, handler: h, opts: opts, regs: map[*space]toolscache.ResourceEventHandlerRegistration{}, removed: make(chan struct{})}
 	for _, sp := range c.spaces {
 		inf := sp.informers[f.k.key]
 		reg, err := inf.SharedIndexInformer.AddEventHandlerWithOptions(gatedHandler{sp: sp, h: h}, opts)
 		if err != nil {
-			r.removeLocked()
-			return nil, fmt.Errorf("nscache: handler of %s in namespace %s: %w", f.k.key.gvk, sp.name, err)
+			return nil, errors.Join(fmt.Errorf("nscache: handler of %s in namespace %s: %w", f.k.key.gvk, sp.name, err), r.removeLocked())
 		}
 		r.regs[sp] = reg
-		sp.gen++
+		sp.changedLocked()
 	}
 	f.k.handlers = append(f.k.handlers, r)
 	return r, nil
@@ -363,7 +376,7 @@ func (f *fanInformer) HasSyncedChecker() toolscache.DoneChecker {
 			waits = append(waits, inf.HasSyncedChecker())
 		}
 	}
-	return allDone(fmt.Sprintf("nscache informer %s", f.k.key.gvk), waits, nil)
+	return allDone(fmt.Sprintf("nscache informer %s", f.k.key.gvk), waits, nil, nil)
 }
 
 // IsStopped says whether the Cache has stopped.
@@ -376,6 +389,7 @@ type registration struct {
 	handler toolscache.ResourceEventHandler
 	opts    toolscache.HandlerOptions
 	regs    map[*space]toolscache.ResourceEventHandlerRegistration // guarded by Cache.mu
+	removed chan struct{}                                          // closed by RemoveEventHandler
 }
 
 // removeLocked removes the handler from every namespace. Cache.mu must be held.
@@ -386,6 +400,12 @@ func (r *registration) removeLocked() error {
 			errs = append(errs, inf.SharedIndexInformer.RemoveEventHandler(reg))
 		}
 		delete(r.regs, sp)
+		sp.changedLocked()
+	}
+	select {
+	case <-r.removed:
+	default:
+		close(r.removed)
 	}
 	return errors.Join(errs...)
 }
@@ -418,12 +438,12 @@ func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
 			stops = append(stops, sp.ctx.Done())
 		}
 	}
-	return allDone(fmt.Sprintf("nscache handler of %s", r.k.key.gvk), waits, stops)
+	return allDone(fmt.Sprintf("nscache handler of %s", r.k.key.gvk), waits, stops, r.removed)
 }
 
 // allDone is a DoneChecker that ends once each of waits has ended (or, for waits[i], stops[i] has
-// closed). Its goroutine ends with it.
-func allDone(name string, waits []toolscache.DoneChecker, stops []<-chan struct{}) toolscache.DoneChecker {
+// closed), or abort has closed. Its goroutine ends with it.
+func allDone(name string, waits []toolscache.DoneChecker, stops []<-chan struct{}, abort <-chan struct{}) toolscache.DoneChecker {
 	d := &doneChecker{name: name, ch: make(chan struct{})}
 	if len(waits) == 0 {
 		close(d.ch)
@@ -438,6 +458,7 @@ func allDone(name string, waits []toolscache.DoneChecker, stops []<-chan struct{
 			select {
 			case <-w.Done():
 			case <-stop:
+			case <-abort:
 			}
 		}
 		close(d.ch)

@@ -210,7 +210,7 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 		createConfigMap(t, ns, "two", map[string]string{"colour": "blue"})
 	}
 	kinds := []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.ServiceAccount{}}
-	const rounds = 25
+	const rounds = 40
 
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
@@ -220,8 +220,34 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 		errs = append(errs, err)
 		errMu.Unlock()
 	}
-	for w := range 3 { // adders and removers
+	// A kind asked for and a handler registered up front, so that adding a namespace starts
+	// informers from the first round on.
+	cmInformer, err := c.GetInformer(ctx, &corev1.ConfigMap{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmReg, err := cmInformer.AddEventHandler(new(recorder).handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan struct{})
+	// Sync state and namespaces read while namespaces come and go: one loop per reader, so that
+	// one's locking does not order another's reads.
+	for _, read := range []func(){func() { cmInformer.HasSynced() }, func() { cmReg.HasSynced() }, func() { c.Namespaces() }} {
 		wg.Go(func() {
+			for {
+				select {
+				case <-moved:
+					return
+				default:
+				}
+				read()
+			}
+		})
+	}
+	var movers sync.WaitGroup
+	for w := range 3 { // adders and removers
+		movers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			for range rounds {
 				ns := names[rng.IntN(len(names))]
@@ -236,6 +262,7 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 			}
 		})
 	}
+	go func() { movers.Wait(); close(moved) }()
 	wg.Go(func() { // handlers come and go
 		rng := rand.New(rand.NewPCG(7, 1))
 		for range rounds {
@@ -250,7 +277,7 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 				fail(fmt.Errorf("AddEventHandler: %w", err))
 				continue
 			}
-			_ = reg.HasSynced()
+			_, _ = reg.HasSynced(), inf.HasSynced()
 			if rng.IntN(2) == 0 {
 				if err := inf.RemoveEventHandler(reg); err != nil {
 					fail(fmt.Errorf("RemoveEventHandler: %w", err))
@@ -284,6 +311,7 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 			_ = c.Namespaces()
 		}
 	})
+	movers.Wait()
 	wg.Wait()
 	for _, err := range errs {
 		t.Error(err)

@@ -317,7 +317,7 @@ func (c *Cache) waitSpace(ctx context.Context, sp *space) error {
 		default:
 		}
 		c.mu.RLock()
-		gen := sp.gen
+		changed := sp.changed
 		var checks []toolscache.DoneChecker
 		for _, inf := range sp.informers {
 			checks = append(checks, inf.HasSyncedChecker())
@@ -333,6 +333,7 @@ func (c *Cache) waitSpace(ctx context.Context, sp *space) error {
 		for _, dc := range checks {
 			select {
 			case <-dc.Done():
+			case <-changed:
 			case <-sp.ctx.Done():
 				return &NamespaceNotCachedError{Namespace: sp.name}
 			case <-ctx.Done():
@@ -340,7 +341,7 @@ func (c *Cache) waitSpace(ctx context.Context, sp *space) error {
 			}
 		}
 		c.mu.Lock()
-		if sp.gen == gen {
+		if sp.changed == changed {
 			sp.markSynced()
 			c.mu.Unlock()
 			return nil

@@ -93,18 +93,24 @@ func (c *Cache) kindForRead(key kindKey, proto client.Object) error {
 	return err
 }
 
-// readIn runs read against sp's cache. A read that must wait for sp's informer to sync also stops
-// waiting when sp is removed; a read of a namespace removed meanwhile reports it not cached.
+// readIn runs read against sp's cache. Once the Cache has started, a read waits until the kind's
+// informer in sp has synced (the namespace's own cache may not even have started yet), and a read
+// of a namespace removed meanwhile reports it not cached. Before Start, the namespace's cache says
+// it has not started.
 func (c *Cache) readIn(ctx context.Context, sp *space, key kindKey, read func(context.Context) error) error {
 	c.mu.RLock()
 	inf := sp.informers[key]
+	started := c.started
 	c.mu.RUnlock()
-	if inf == nil || !inf.HasSynced() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(sp.ctx, cancel)
-		defer stop()
+	if started && inf != nil && !inf.HasSynced() {
+		select {
+		case <-inf.HasSyncedChecker().Done(): // synced, or the namespace or informer gone
+		case <-ctx.Done():
+			return fmt.Errorf("nscache: waiting for the informer of %s in namespace %s to sync: %w", key.gvk, sp.name, ctx.Err())
+		}
+	}
+	if sp.ctx.Err() != nil {
+		return &NamespaceNotCachedError{Namespace: sp.name}
 	}
 	err := read(ctx)
 	if sp.ctx.Err() != nil {
@@ -262,8 +268,10 @@ func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
 	delete(c.kinds, key)
 	var errs []error
 	for _, sp := range c.spaces {
-		if _, ok := sp.informers[key]; ok {
+		if inf, ok := sp.informers[key]; ok {
 			delete(sp.informers, key)
+			close(inf.removed)
+			sp.changedLocked()
 			errs = append(errs, sp.cache.RemoveInformer(ctx, k.proto))
 		}
 	}

@@ -102,12 +102,6 @@ func (r *recorder) matching(s string) []string {
 	return out
 }
 
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.events)
-}
-
 // waitFor waits until the recorder has event.
 func (r *recorder) waitFor(t *testing.T, event string) {
 	t.Helper()
