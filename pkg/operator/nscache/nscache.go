@@ -65,6 +65,9 @@ type Cache struct {
 	startedCh  chan struct{}
 	wg         sync.WaitGroup // the namespaces' Start goroutines
 
+	// kindInfos maps a kindKey to its kindInfo (kindOf).
+	kindInfos sync.Map
+
 	mu      sync.RWMutex
 	started bool
 	stopped bool
@@ -241,7 +244,8 @@ func (c *Cache) Namespaces() []string {
 // them every event handler and index added so far, and waits until they have synced and every
 // handler has been given the namespace's objects. It is idempotent: for a namespace already added
 // it only waits for the sync. If ctx ends first it returns ctx's error and leaves the namespace
-// out (as RemoveNamespace does). Before Start it waits for Start.
+// out (as RemoveNamespace does); if the namespace is removed meanwhile it returns a
+// NamespaceNotCachedError. Before Start it waits for Start.
 func (c *Cache) AddNamespace(ctx context.Context, ns string) error {
 	sp, err := c.addSpace(ns)
 	if err != nil {

@@ -65,6 +65,12 @@ func TestHandlerBeforeNamespace(t *testing.T) {
 	if got := rec.matching("add " + owned + "/before"); len(got) != 1 {
 		t.Fatalf("objects of the added namespace given to the handler once by the time AddNamespace returned: got %v", got)
 	}
+	if err := c.AddNamespace(ctx, owned); err != nil {
+		t.Fatalf("AddNamespace again: %v", err)
+	}
+	if got := rec.matching("add " + owned + "/before"); len(got) != 1 {
+		t.Fatalf("adding a namespace twice gave its objects again: %v", got)
+	}
 	createConfigMap(t, other, "after", nil)
 	createConfigMap(t, owned, "after", nil)
 	rec.waitFor(t, "add "+owned+"/after")
@@ -246,9 +252,13 @@ func TestInformersStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if n := informerGoroutines(); n != baseline {
-		t.Errorf("%d informer goroutines once Start returned, %d before", n, baseline)
-	}
+	// Start waits for the informers; the sync waiters on them end right after.
+	testenv.Eventually(t, "informer goroutines back to the baseline once Start returned", func() error {
+		if n := informerGoroutines(); n != baseline {
+			return fmt.Errorf("%d informer goroutines, %d before", n, baseline)
+		}
+		return nil
+	})
 	if err := c.AddNamespace(context.Background(), names[0]); err == nil {
 		t.Error("AddNamespace after the cache stopped succeeded")
 	}

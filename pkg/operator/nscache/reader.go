@@ -48,7 +48,19 @@ func (c *Cache) kindOfList(list client.ObjectList) (kindKey, client.Object, bool
 	return c.kindOf(gvk, rep)
 }
 
+// kindInfo is what kindOf remembers of a kind: an empty object of it and whether it is namespaced.
+type kindInfo struct {
+	proto      client.Object
+	namespaced bool
+}
+
+// kindOf answers from memory after the first call for a kind: reads call it every time.
 func (c *Cache) kindOf(gvk schema.GroupVersionKind, rep representation) (kindKey, client.Object, bool, error) {
+	key := kindKey{gvk: gvk, rep: rep}
+	if v, ok := c.kindInfos.Load(key); ok {
+		info := v.(kindInfo)
+		return key, info.proto, info.namespaced, nil
+	}
 	namespaced, err := c.isNamespaced(gvk)
 	if err != nil {
 		return kindKey{}, nil, false, err
@@ -74,7 +86,8 @@ func (c *Cache) kindOf(gvk schema.GroupVersionKind, rep representation) (kindKey
 		}
 		proto = co
 	}
-	return kindKey{gvk: gvk, rep: rep}, proto, namespaced, nil
+	c.kindInfos.Store(key, kindInfo{proto: proto, namespaced: namespaced})
+	return key, proto, namespaced, nil
 }
 
 // kindForRead is ensureKind for Get and List: with ReaderFailOnMissingInformer a read does not
