@@ -153,8 +153,9 @@ func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 }
 
 // List lists from one namespace (InNamespace: a NamespaceNotCachedError if it is not added), or
-// from every added namespace, merged in the order of their names. Field selectors on an index
-// (IndexField) work either way. Continue is not supported; Limit bounds the merged list.
+// from every added namespace whose AddNamespace has returned, merged in the order of their names
+// (a namespace still being added would hold the whole list up until it syncs). Field selectors on
+// an index (IndexField) work either way. Continue is not supported; Limit bounds the merged list.
 func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	k, proto, namespaced, err := c.kindOfList(list)
 	if err != nil {
@@ -180,6 +181,11 @@ func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client
 	}
 	var items []runtime.Object
 	for _, sp := range c.spacesSnapshot() {
+		select {
+		case <-sp.synced:
+		default:
+			continue // still being added: not this replica's until AddNamespace returns
+		}
 		part, ok := list.DeepCopyObject().(client.ObjectList)
 		if !ok {
 			return fmt.Errorf("nscache: %T copies to a non-list", list)
