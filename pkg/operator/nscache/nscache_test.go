@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -383,4 +388,154 @@ func listNames(t *testing.T, list client.ObjectList) []string {
 		t.Fatalf("unexpected list %T", list)
 	}
 	return out
+}
+
+// AddNamespace called before Start waits for Start and returns once the namespace has synced.
+func TestAddNamespaceBeforeStart(t *testing.T) {
+	testenv.NeedEnv(t, envCfg)
+	c, err := New(envCfg, cache.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NewNamespace(t, direct, "early")
+	createConfigMap(t, ns, "there", nil)
+	inf, err := c.GetInformer(t.Context(), &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recorder
+	if _, err := inf.AddEventHandler(rec.handler()); err != nil {
+		t.Fatal(err)
+	}
+	added := make(chan error, 1)
+	go func() { added <- c.AddNamespace(t.Context(), ns) }()
+	testenv.Eventually(t, "namespace added", func() error {
+		if !slices.Contains(c.Namespaces(), ns) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := c.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "there"}, &corev1.ConfigMap{}); !errors.As(err, new(*cache.ErrCacheNotStarted)) {
+		t.Errorf("Get before Start: %v, want ErrCacheNotStarted", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	if err := <-added; err != nil {
+		t.Fatalf("AddNamespace before Start: %v", err)
+	}
+	if got := rec.matching("add " + ns + "/there"); len(got) != 1 {
+		t.Errorf("events once AddNamespace returned: %v", rec.matching(""))
+	}
+	if !c.WaitForCacheSync(ctx) {
+		t.Error("WaitForCacheSync false")
+	}
+}
+
+// heldLW holds every list and watch its informer makes while hold is set, until release closes.
+type heldLW struct {
+	*toolscache.ListWatch
+	gate *listGate
+}
+
+type listGate struct {
+	mu      sync.Mutex
+	held    bool
+	release chan struct{}
+}
+
+func (g *listGate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	held, release := g.held, g.release
+	g.mu.Unlock()
+	if !held {
+		return nil
+	}
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (lw heldLW) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if err := lw.gate.wait(ctx); err != nil {
+		return nil, err
+	}
+	return lw.ListWatch.ListWithContext(ctx, opts)
+}
+
+func (lw heldLW) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := lw.gate.wait(ctx); err != nil {
+		return nil, err
+	}
+	return lw.ListWatch.WatchWithContext(ctx, opts)
+}
+
+// A List across namespaces answers from the namespaces added, without waiting for one still
+// being added; a List in that namespace waits for it.
+func TestListSkipsNamespaceBeingAdded(t *testing.T) {
+	gate := &listGate{release: make(chan struct{})}
+	c := startCache(t, cache.Options{
+		NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+			return toolscache.NewSharedIndexInformer(heldLW{ListWatch: lw.(*toolscache.ListWatch), gate: gate}, obj, resync, idx)
+		},
+	})
+	ctx := t.Context()
+	ready := testenv.NewNamespace(t, direct, "ready")
+	slow := testenv.NewNamespace(t, direct, "slow")
+	createConfigMap(t, ready, "cm", nil)
+	createConfigMap(t, slow, "cm", nil)
+	if _, err := c.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddNamespace(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	gate.mu.Lock()
+	gate.held = true
+	gate.mu.Unlock()
+	added := make(chan error, 1)
+	go func() { added <- c.AddNamespace(ctx, slow) }()
+	testenv.Eventually(t, "slow namespace being added", func() error {
+		if !slices.Contains(c.Namespaces(), slow) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	var list corev1.ConfigMapList
+	if err := c.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, cm := range list.Items {
+		got = append(got, cm.Namespace)
+	}
+	if !slices.Equal(got, []string{ready}) {
+		t.Errorf("List across namespaces while %s is being added: %v, want [%s]", slow, got, ready)
+	}
+	inSlow := make(chan error, 1)
+	go func() { inSlow <- c.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(slow)) }()
+	select {
+	case err := <-inSlow:
+		t.Fatalf("List in a namespace still syncing returned before it synced: %v", err)
+	case err := <-added:
+		t.Fatalf("AddNamespace returned while its lists were held: %v", err)
+	default:
+	}
+	close(gate.release)
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-inSlow; err != nil {
+		t.Fatalf("List in the namespace once synced: %v", err)
+	}
 }
