@@ -31,6 +31,8 @@ type Allocator struct {
 	namespaces map[string]*nsState
 	// dropped are the namespaces given up (DropNamespace) whose events are ignored.
 	dropped map[string]bool
+	// held are the namespaces where Place reserves nothing (HoldPlacements, in shard.go).
+	held map[string]bool
 
 	// synced say whether each feeding handler has seen its informer's initial list.
 	synced []func() bool
@@ -236,6 +238,7 @@ func (a *Allocator) AdmitNamespace(namespace string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.dropped, namespace)
+	delete(a.held, namespace)
 }
 
 func (a *Allocator) isDropped(namespace string) bool {

@@ -1,0 +1,59 @@
+package pipeline
+
+// What the sharded operator asks of the allocator when a namespace's bucket moves to another
+// replica: stop placing there, tell when every write made there has settled, and count its
+// pipelines (the weight the coordinator balances on).
+
+// HoldPlacements stops placement in a namespace: from now on Place reserves nothing there (it
+// answers Unknown, and the caller looks again later). Writes already reserved go on and settle.
+// AdmitNamespace lifts it.
+func (a *Allocator) HoldPlacements(namespace string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held == nil {
+		a.held = map[string]bool{}
+	}
+	a.held[namespace] = true
+}
+
+// placementsHeld says HoldPlacements stopped placement in the namespace. Place asks it under the
+// namespace's lock, so a placement either comes before the hold (and Settled sees its
+// reservation) or sees it.
+func (a *Allocator) placementsHeld(namespace string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held[namespace]
+}
+
+// Settled says no write the allocator knows of in the namespace is still open: no binding holds
+// a reservation, whether its write is running, applied but not yet in the cache, or of unknown
+// outcome. On the way it lets go of the reservations the cache or the time settles, as Observe
+// does.
+func (a *Allocator) Settled(namespace string) bool {
+	s := a.lock(namespace, false)
+	if s == nil {
+		return true
+	}
+	var fx effects
+	defer a.unlock(s, &fx)
+	for _, bs := range s.bindings {
+		s.settleLocked(bs, &fx)
+	}
+	for _, bs := range s.bindings {
+		if len(bs.pending) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// PipelineCount is how many Pipelines the allocator holds in the namespace. It takes only the
+// namespace's lock, briefly.
+func (a *Allocator) PipelineCount(namespace string) int {
+	s := a.lock(namespace, false)
+	if s == nil {
+		return 0
+	}
+	defer a.unlock(s, &effects{})
+	return len(s.pipelines)
+}
