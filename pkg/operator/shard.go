@@ -27,8 +27,6 @@ import (
 // drain and drop a bucket's namespaces, the weight of a bucket, and the gate every namespaced
 // controller's reconciles pass through.
 
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
-
 // NamespaceCache is what the sharded operator asks of its cache (pkg/operator/nscache): start a
 // namespace's informers and wait for their sync, and stop them again, forgetting their objects in
 // one step and with no delete events.

@@ -3,6 +3,12 @@ package pipeline
 // What the sharded operator asks of the allocator when a namespace's bucket moves to another
 // replica: stop placing there, tell when every write made there has settled, and count its
 // pipelines (the weight the coordinator balances on).
+//
+// The sharded operator (pkg/operator) also watches the Namespaces, metadata only, to know which
+// namespaces each bucket holds. Its RBAC marker is here: `make manifests` loads only the packages
+// that carry markers, and pkg/operator's imports are more than controller-gen can type-check.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // HoldPlacements stops placement in a namespace: from now on Place reserves nothing there (it
 // answers Unknown, and the caller looks again later). Writes already reserved go on and settle.
