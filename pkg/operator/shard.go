@@ -220,7 +220,24 @@ func (s *Sharder) namespaceDeleted(ns string) {
 	s.mu.Lock()
 	delete(s.byBucket[b], ns)
 	s.mu.Unlock()
-	go s.unload(ns) // RemoveNamespace waits for the cache's handlers; never call it from one
+	go s.unloadDeleted(ns) // RemoveNamespace waits for the cache's handlers; never call it from one
+}
+
+// unloadDeleted unloads a deleted namespace, unless it was created again meanwhile.
+func (s *Sharder) unloadDeleted(ns string) {
+	l := s.nsLock(ns)
+	l.Lock()
+	defer l.Unlock()
+	s.mu.Lock()
+	was := s.loaded[ns] && !s.byBucket[shard.BucketOf(ns)][ns]
+	if was {
+		delete(s.loaded, ns)
+	}
+	s.mu.Unlock()
+	if was {
+		s.alloc.DropNamespace(ns)
+		s.opts.Cache.RemoveNamespace(ns)
+	}
 }
 
 // nsLock returns the lock that serialises the loads and unloads of ns.
@@ -267,21 +284,6 @@ func (s *Sharder) load(ctx context.Context, b int, gen uint64, ns string) error 
 		s.opts.Cache.RemoveNamespace(ns)
 	}
 	return nil
-}
-
-// unload drops ns from the allocator and the cache, if it was loaded.
-func (s *Sharder) unload(ns string) {
-	l := s.nsLock(ns)
-	l.Lock()
-	defer l.Unlock()
-	s.mu.Lock()
-	was := s.loaded[ns]
-	delete(s.loaded, ns)
-	s.mu.Unlock()
-	if was {
-		s.alloc.DropNamespace(ns)
-		s.opts.Cache.RemoveNamespace(ns)
-	}
 }
 
 // namespacesOf returns the bucket's namespaces, sorted.
