@@ -36,6 +36,9 @@ var shardTimings = shard.Timings{RenewInterval: 200 * time.Millisecond, LeaseDur
 
 const shardLeaseNamespace = "conveyor-system"
 
+// collectorRegistered says a replica of this process registered the Prometheus collector.
+var collectorRegistered bool
+
 // testReplica is one sharded operator in the test process, wired as cmd/operator wires
 // --sharding: no leader election, the per-namespace cache, the write fence per namespace on its
 // client, its own user agent.
@@ -231,7 +234,10 @@ func TestIntegrationShardedReplicas(t *testing.T) {
 		nss = append(nss, ns)
 	}
 	markWorkersReady(t, k8s, nss)
-	a := startReplica(t, cfg, "op-a", false)
+	// The collector goes into the process-wide registry once: the second replica, and every
+	// replica of a later run (-count), skips it.
+	a := startReplica(t, cfg, "op-a", collectorRegistered)
+	collectorRegistered = true
 	b := startReplica(t, cfg, "op-b", true)
 	both := []*testReplica{a, b}
 
