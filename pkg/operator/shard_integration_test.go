@@ -12,6 +12,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -45,6 +46,7 @@ var collectorRegistered bool
 type testReplica struct {
 	id      string
 	cache   *nscache.Cache
+	client  client.Client // the manager's: fenced
 	cancel  context.CancelFunc
 	stopped chan error
 }
@@ -68,6 +70,7 @@ func startReplica(t *testing.T, cfg *rest.Config, id string, skipMetrics bool) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.client = mgr.GetClient()
 	cs, err := kubernetes.NewForConfig(leaseCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +282,23 @@ func TestIntegrationShardedReplicas(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The fence: a replica's client writes only to its own namespaces; a write elsewhere is a
+	// Conflict that reaches nothing.
+	if owners, err = bucketOwners(ctx, k8s); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss {
+		mine := owners[shard.BucketOf(ns)] == a.id
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fence-check"}}
+		err := a.client.Create(ctx, cm)
+		if mine != (err == nil) || (!mine && !apierrors.IsConflict(err)) {
+			t.Fatalf("replica a creating a ConfigMap in %s (its own: %v): %v", ns, mine, err)
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}); mine != (err == nil) {
+			t.Fatalf("ConfigMap in %s (replica a's: %v) read back: %v", ns, mine, err)
+		}
+	}
 
 	a.stop()
 	testenv.Eventually(t, "replica b owns and caches every namespace", func() error {
