@@ -42,6 +42,7 @@ type ShardAllocator interface {
 	DropNamespace(namespace string)
 	HoldPlacements(namespace string)
 	Settled(namespace string) bool
+	SyncedPerNamespace()
 	PipelineCount(namespace string) int
 }
 
@@ -125,8 +126,12 @@ func NewSharder(opts ShardOptions) (*Sharder, error) {
 // Replica is the protocol's replica (its Check is the write fence's question).
 func (s *Sharder) Replica() *shard.Replica { return s.replica }
 
-// SetAllocator gives the Sharder the allocator whose namespaces it admits, drains and drops.
-func (s *Sharder) SetAllocator(a ShardAllocator) { s.alloc = a }
+// SetAllocator gives the Sharder the allocator whose namespaces it admits, drains and drops. The
+// allocator's Synced then answers per namespace: a namespace is loaded before anything asks.
+func (s *Sharder) SetAllocator(a ShardAllocator) {
+	a.SyncedPerNamespace()
+	s.alloc = a
+}
 
 // Owns says whether this replica works in the namespace now: it owns the namespace's bucket (and
 // its member Lease is valid), and the namespace's informers have synced.

@@ -90,6 +90,8 @@ func (a *fakeAlloc) Settled(ns string) bool {
 	return a.open[ns] == 0
 }
 
+func (a *fakeAlloc) SyncedPerNamespace() {}
+
 func (a *fakeAlloc) PipelineCount(ns string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -33,6 +33,8 @@ type Allocator struct {
 	dropped map[string]bool
 	// held are the namespaces where Place reserves nothing (HoldPlacements, in shard.go).
 	held map[string]bool
+	// perNamespace: Synced ignores the informers' start-up lists (SyncedPerNamespace, in shard.go).
+	perNamespace bool
 
 	// synced say whether each feeding handler has seen its informer's initial list.
 	synced []func() bool
@@ -315,6 +317,9 @@ func (a *Allocator) addSynced(f func() bool) {
 func (a *Allocator) Synced() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.perNamespace {
+		return true
+	}
 	for _, f := range a.synced {
 		if !f() {
 			return false

@@ -31,6 +31,19 @@ func (a *Allocator) placementsHeld(namespace string) bool {
 	return a.held[namespace]
 }
 
+// SyncedPerNamespace makes Synced answer true from now on. The sharded operator's cache starts a
+// namespace's informers when its bucket arrives, and its handlers' start-up lists are incomplete
+// whenever any namespace is loading, which would stop placement, metrics and status in every
+// other namespace meanwhile. There a namespace is loaded (every handler, the allocator's included,
+// has been given its objects) before anything asks the allocator about it: the controllers'
+// ownership gate, the collector and the custom metrics provider all ask only about namespaces the
+// replica owns and has loaded.
+func (a *Allocator) SyncedPerNamespace() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.perNamespace = true
+}
+
 // Settled says no write the allocator knows of in the namespace is still open: no binding holds
 // a reservation, whether its write is running, applied but not yet in the cache, or of unknown
 // outcome. On the way it lets go of the reservations the cache or the time settles, as Observe

@@ -60,3 +60,17 @@ func TestAllocatorHoldAndSettled(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocatorSyncedPerNamespace: an informer still listing makes the allocator unsynced, unless
+// the sharded operator answers sync per namespace.
+func TestAllocatorSyncedPerNamespace(t *testing.T) {
+	a := NewAllocator(nil)
+	a.addSynced(func() bool { return false })
+	if a.Synced() {
+		t.Fatal("synced with an informer still listing")
+	}
+	a.SyncedPerNamespace()
+	if !a.Synced() {
+		t.Fatal("not synced after SyncedPerNamespace")
+	}
+}
