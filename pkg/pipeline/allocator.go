@@ -3,6 +3,7 @@ package pipeline
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -31,8 +32,10 @@ type Allocator struct {
 	namespaces map[string]*nsState
 	// dropped are the namespaces given up (DropNamespace) whose events are ignored.
 	dropped map[string]bool
-	// held are the namespaces where Place reserves nothing (HoldPlacements, in shard.go).
-	held map[string]bool
+	// held are the namespaces where Place reserves nothing (HoldPlacements, in shard.go); anyHeld
+	// says whether there ever were any, so Place reads held only then.
+	held    map[string]bool
+	anyHeld atomic.Bool
 	// perNamespace: Synced ignores the informers' start-up lists (SyncedPerNamespace, in shard.go).
 	perNamespace bool
 

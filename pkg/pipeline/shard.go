@@ -20,12 +20,16 @@ func (a *Allocator) HoldPlacements(namespace string) {
 		a.held = map[string]bool{}
 	}
 	a.held[namespace] = true
+	a.anyHeld.Store(true)
 }
 
 // placementsHeld says HoldPlacements stopped placement in the namespace. Place asks it under the
 // namespace's lock, so a placement either comes before the hold (and Settled sees its
 // reservation) or sees it.
 func (a *Allocator) placementsHeld(namespace string) bool {
+	if !a.anyHeld.Load() {
+		return false // an operator that does not shard never holds: no lock on its placements
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.held[namespace]
