@@ -300,10 +300,13 @@ func TestIntegrationShardedReplicas(t *testing.T) {
 		}
 	}
 
+	leaving := time.Now()
 	a.stop()
+	t.Logf("Replica a left gracefully in %s", time.Since(leaving).Round(time.Millisecond)) // a figure for the log, not a bound
 	testenv.Eventually(t, "replica b owns and caches every namespace", func() error {
 		return checkOwnership(ctx, k8s, nss, []*testReplica{b})
 	})
+	t.Logf("Replica b owned every namespace %s after replica a was told to stop", time.Since(leaving).Round(time.Millisecond))
 	for _, ns := range ofA {
 		if err := k8s.Create(ctx, fixtures.MakePipeline(ns, "p3").Load(5).Stage("s0", "green").Obj()); err != nil {
 			t.Fatal(err)
