@@ -1,4 +1,3 @@
-//go:build nscache
 
 package main
 
