@@ -195,7 +195,7 @@ func Run(ctx context.Context, c client.Client, ch *crash.Checker, opts Options) 
 	r := &run{
 		c: c, ch: ch, opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5eed)),
 		rep:  &Report{Seed: opts.Seed, Rounds: map[string]int{}, Gaps: map[string][]time.Duration{}, NoGap: map[string]int{}, Owners: map[string]int{}},
-		nsOf: map[int][]string{}, made: map[string]int{}, names: map[string][]string{}, last: map[int]string{},
+		nsOf: map[int][]string{}, made: map[string]int{}, names: map[string][]string{}, last: map[int]string{}, probed: map[int]bool{},
 	}
 	defer func() {
 		for _, rp := range r.live {
