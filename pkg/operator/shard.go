@@ -72,6 +72,10 @@ type ShardOptions struct {
 // Lease renewal is late.
 const notOwnedRecheck = 500 * time.Millisecond
 
+// dropWaitForWrites bounds how long Drop waits for the writes already sent to a bucket's
+// namespaces to be answered (normally milliseconds).
+const dropWaitForWrites = 10 * time.Second
+
 // drainPoll is how often Drain looks whether the writes in a bucket's namespaces have settled.
 const drainPoll = 50 * time.Millisecond
 
@@ -359,6 +363,13 @@ func (s *Sharder) Drop(b int) {
 	for _, ns := range nss {
 		s.alloc.DropNamespace(ns)
 		s.opts.Cache.RemoveNamespace(ns)
+	}
+	// The fence refuses the bucket's namespaces now; the bucket's Lease is released after Drop
+	// returns, so every write that went out before must have been answered first.
+	if s.opts.Fence != nil {
+		if busy := s.opts.Fence.WaitIdle(nss, dropWaitForWrites); len(busy) > 0 {
+			s.log.Info("Writes still unanswered when a bucket was dropped", "bucket", b, "namespaces", busy, "waited", dropWaitForWrites)
+		}
 	}
 	s.log.V(1).Info("Dropped a bucket", "bucket", b, "namespaces", nss)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +183,61 @@ func TestNamespaceFenceInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestNamespaceFenceWaitIdle: once the fence refuses a namespace, WaitIdle returns only when every
+// write that passed the fence before has been answered, so the bucket's Lease is released after
+// the API server applied the last write of this replica there.
+func TestNamespaceFenceWaitIdle(t *testing.T) {
+	var mine atomic.Bool
+	mine.Store(true)
+	f := &NamespaceFence{LeaseNamespace: "conveyor-system"}
+	f.SetCheck(func(ns string) error {
+		if mine.Load() {
+			return nil
+		}
+		return &shard.NotOwnerError{Namespace: ns, Reason: "lost"}
+	})
+	arrived, answer := make(chan struct{}), make(chan struct{})
+	rt := f.Wrap(roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		_, _ = io.ReadAll(r.Body)
+		close(arrived)
+		<-answer // the API server takes its time
+		return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+	}))
+	sent := make(chan error, 1)
+	go func() {
+		req := httptest.NewRequest(http.MethodPatch, "/api/v1/namespaces/ns/pods/w-0", strings.NewReader(`{}`))
+		_, err := rt.RoundTrip(req)
+		sent <- err
+	}()
+	<-arrived
+	mine.Store(false) // the bucket closes while the write is in flight
+	if busy := f.WaitIdle([]string{"ns", "other"}, 50*time.Millisecond); len(busy) != 1 || busy[0] != "ns" {
+		t.Fatalf("WaitIdle with a write in flight = %v, want [ns] after its timeout", busy)
+	}
+	idle := make(chan []string, 1)
+	go func() { idle <- f.WaitIdle([]string{"ns"}, time.Minute) }()
+	select {
+	case busy := <-idle:
+		t.Fatalf("WaitIdle returned %v before the write was answered", busy)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(answer)
+	if busy := <-idle; len(busy) != 0 {
+		t.Fatalf("WaitIdle after the answer = %v, want none", busy)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	// A write refused by the fence is never in flight.
+	req := httptest.NewRequest(http.MethodPatch, "/api/v1/namespaces/ns/pods/w-1", strings.NewReader(`{}`))
+	if resp, err := rt.RoundTrip(req); err != nil || resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a write after the close: %v, %v; want a refused 409", resp, err)
+	}
+	if busy := f.WaitIdle([]string{"ns"}, time.Millisecond); len(busy) != 0 {
+		t.Fatalf("a refused write left %v in flight", busy)
 	}
 }
 

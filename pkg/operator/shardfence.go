@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -24,6 +26,64 @@ type NamespaceFence struct {
 	LeaseNamespace string
 
 	check atomic.Pointer[func(namespace string) error]
+
+	// inFlight counts, per namespace, the writes that passed the fence and have not been answered
+	// yet; idle is broadcast when a count falls to zero.
+	mu       sync.Mutex
+	inFlight map[string]int
+	idle     *sync.Cond
+}
+
+// begin counts a write to ns as in flight. It comes before the check, so that WaitIdle, asked
+// after the fence closed for ns, sees every write that passed the check.
+func (f *NamespaceFence) begin(ns string) {
+	f.mu.Lock()
+	if f.inFlight == nil {
+		f.inFlight = map[string]int{}
+		f.idle = sync.NewCond(&f.mu)
+	}
+	f.inFlight[ns]++
+	f.mu.Unlock()
+}
+
+func (f *NamespaceFence) end(ns string) {
+	f.mu.Lock()
+	if f.inFlight[ns]--; f.inFlight[ns] <= 0 {
+		delete(f.inFlight, ns)
+		f.idle.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+// WaitIdle waits until no write to any of the namespaces is in flight, or until timeout; it
+// returns the namespaces still busy then. Asked once the fence refuses the namespaces (the bucket
+// is closed), it returns when the API server has answered every write that went out: only then may
+// the bucket's Lease be released, or the next owner could see its first list overtaken by a write
+// of this replica.
+func (f *NamespaceFence) WaitIdle(namespaces []string, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		f.mu.Lock()
+		if f.idle != nil {
+			f.idle.Broadcast()
+		}
+		f.mu.Unlock()
+	})
+	defer timer.Stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		var busy []string
+		for _, ns := range namespaces {
+			if f.inFlight[ns] > 0 {
+				busy = append(busy, ns)
+			}
+		}
+		if len(busy) == 0 || !time.Now().Before(deadline) {
+			return busy
+		}
+		f.idle.Wait()
+	}
 }
 
 // SetCheck sets the question the fence asks (shard.Replica.Check). Until it is set no namespaced
@@ -66,6 +126,8 @@ func (f *NamespaceFence) roundTrip(rt http.RoundTripper, req *http.Request) (*ht
 	if ns == "" {
 		return rt.RoundTrip(req)
 	}
+	f.begin(ns)
+	defer f.end(ns) // the API server has answered (or the request failed) once RoundTrip returns
 	if err := f.Check(ns); err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close() // a RoundTripper closes the body, even when it sends nothing
