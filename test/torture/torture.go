@@ -180,6 +180,7 @@ type run struct {
 	names map[string][]string // namespace → its pipelines, oldest first
 	// kind is what the round under way does; probed the buckets probed during it.
 	kind   string
+	victim string // the replica the round signalled
 	signal time.Time
 	probed map[int]bool
 	last   map[int]string // bucket → holder id, as last seen
@@ -349,7 +350,7 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		}
 		*kindp = kind
 	}
-	r.kind, r.signal, r.probed = kind, time.Now(), map[int]bool{}
+	r.kind, r.victim, r.signal, r.probed = kind, victim.id, time.Now(), map[int]bool{}
 	switch kind {
 	case KindScaleUp:
 		if _, err := r.start(); err != nil {
@@ -547,6 +548,11 @@ func (r *run) probe(ctx context.Context, b int, victim string) error {
 			return err
 		}
 		p := Probe{Kind: r.kind, Namespace: ns, Victim: victim, Created: created}
+		if (p.Kind == KindKill || p.Kind == KindStop) && victim != r.victim {
+			// A bucket of a live replica moving after a SIGKILL or a SIGSTOP: the coordinator
+			// rebalances (to a replacement, or to the replica that came back), gracefully.
+			p.Kind = KindRebalance
+		}
 		if !p.Graceful() {
 			p.Signal = r.signal
 		}
