@@ -237,8 +237,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		placement = &got
 	}
 	p := planWrites(s, in, a, placement)
-	o := r.writeAndRoute(ctx, s, in, p)
+	o := r.apply(ctx, s, p)
 	defer o.services.Wait()
+	if in.invalid == nil {
+		r.readBoundPods(ctx, s)
+		r.writeRoutes(ctx, s, &o)
+	}
 	status, recheck := computeStatus(s, in, p, o)
 	if err := r.writeStatus(ctx, pl, status); err != nil {
 		if apierrors.IsConflict(err) {

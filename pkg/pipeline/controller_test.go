@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -436,97 +434,5 @@ func TestBindingEventsThatWakeThePipeline(t *testing.T) {
 				t.Errorf("wakes the pipeline: %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-// The routes are written from the plan alongside the binding writes; when the writes do not go as
-// planned (here a refused create rolls back a first placement), they are written again from what
-// the writes did before the reconcile ends.
-func TestRoutesWrittenWithTheBindings(t *testing.T) {
-	for _, refuse := range []bool{false, true} {
-		routesWrites := 0
-		h := newHarness(t, interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				switch obj.(type) {
-				case *corev1.ConfigMap:
-					routesWrites++
-				case *schedulingv1alpha1.PipelineBinding:
-					if refuse && obj.GetName() == "a-second" {
-						return apierrors.NewForbidden(schema.GroupResource{Resource: "pipelinebindings"}, obj.GetName(), errString("exceeded quota"))
-					}
-				}
-				return c.Create(ctx, obj, opts...)
-			},
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				if _, ok := obj.(*corev1.ConfigMap); ok {
-					routesWrites++
-				}
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-		}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0),
-			pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue", "blue")))
-		_, err := h.reconcile("a")
-		if refuse != (err != nil) {
-			t.Fatalf("refused %v: reconcile error %v", refuse, err)
-		}
-		cm := get(h, "a-routes", &corev1.ConfigMap{})
-		routes := schedulingv1alpha1.Routes{}
-		if err := json.Unmarshal([]byte(cm.Data[schedulingv1alpha1.RoutesKey]), &routes); err != nil {
-			t.Fatal(err)
-		}
-		wantPod, wantWrites := "blue-0", 1
-		if refuse {
-			wantPod, wantWrites = "", 2 // rolled back: no stage holds a Pod
-		}
-		for stage, route := range routes.Stages {
-			if route.Pod != wantPod {
-				t.Errorf("refused %v: routes put stage %s on %q, want %q", refuse, stage, route.Pod, wantPod)
-			}
-		}
-		if routesWrites != wantWrites {
-			t.Errorf("refused %v: %d routes writes, want %d", refuse, routesWrites, wantWrites)
-		}
-	}
-}
-
-// A first placement's routes ConfigMap is written while the binding creates are under way, not
-// after them: the placing reconcile is one round trip shorter. Here each binding create returns
-// only once the routes create has started; written one after the other, the creates would wait
-// for good, so a guard (far longer than any of these in-memory writes) fails them instead.
-func TestRoutesOverlapTheBindingCreates(t *testing.T) {
-	routesStarted := make(chan struct{})
-	var once sync.Once
-	h := newHarness(t, interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			switch obj.(type) {
-			case *corev1.ConfigMap:
-				once.Do(func() { close(routesStarted) })
-			case *schedulingv1alpha1.PipelineBinding:
-				select {
-				case <-routesStarted:
-				case <-time.After(time.Minute):
-					return apierrors.NewServiceUnavailable("the routes were not written alongside the binding creates")
-				}
-			}
-			return c.Create(ctx, obj, opts...)
-		},
-	}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0),
-		pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue", "blue")))
-	if _, err := h.reconcile("a"); err != nil {
-		t.Fatal(err)
-	}
-	pl := get(h, "a", &schedulingv1alpha1.Pipeline{})
-	if pl.Status.Phase != schedulingv1alpha1.PipelinePlotted {
-		t.Errorf("phase %q, want Plotted", pl.Status.Phase)
-	}
-	cm := get(h, "a-routes", &corev1.ConfigMap{})
-	routes := schedulingv1alpha1.Routes{}
-	if err := json.Unmarshal([]byte(cm.Data[schedulingv1alpha1.RoutesKey]), &routes); err != nil {
-		t.Fatal(err)
-	}
-	for stage, route := range routes.Stages {
-		if route.Pod != "blue-0" {
-			t.Errorf("routes put stage %s on %q, want blue-0", stage, route.Pod)
-		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -120,64 +119,6 @@ func buildRoutes(pl *schedulingv1alpha1.Pipeline, bindings map[string]*schedulin
 		r.Stages[name] = route
 	}
 	return r
-}
-
-// writeAndRoute carries out the plan (apply) and keeps the routes ConfigMap of a valid pipeline.
-// When the plan binds stages, the routes are written from the plan while the bindings are, a round
-// trip sooner than after them; when the writes did not all go as planned (a refusal, a race, a
-// rollback), the routes are written again from what they did, before the status.
-func (r *Reconciler) writeAndRoute(ctx context.Context, s *pipelineScope, in intent, p writePlan) outcome {
-	if in.invalid != nil {
-		return r.apply(ctx, s, p)
-	}
-	if len(p.bind) == 0 || p.conflict != "" {
-		o := r.apply(ctx, s, p)
-		r.readBoundPods(ctx, s)
-		r.writeRoutes(ctx, s, &o)
-		return o
-	}
-	planned := plannedScope(s, p)
-	var ro outcome
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.readBoundPods(ctx, planned)
-		r.writeRoutes(ctx, planned, &ro)
-	}()
-	o := r.apply(ctx, s, p)
-	<-done
-	r.readBoundPods(ctx, s)
-	if apiequality.Semantic.DeepEqual(buildRoutes(s.pipeline, s.bindings, s.classes, s.pods),
-		buildRoutes(planned.pipeline, planned.bindings, planned.classes, planned.pods)) {
-		o.routesIn = ro.routesIn
-		o.errs = append(o.errs, ro.errs...)
-		return o
-	}
-	r.writeRoutes(ctx, s, &o)
-	return o
-}
-
-// plannedScope is the snapshot as the plan's writes would leave it, for the routes written
-// alongside them. It shares nothing that apply changes: the maps are copies, the planned bindings
-// copies of the objects apply sends.
-func plannedScope(s *pipelineScope, p writePlan) *pipelineScope {
-	ps := *s
-	ps.bindings = maps.Clone(s.bindings)
-	ps.pods = maps.Clone(s.pods)
-	for _, name := range p.remove {
-		delete(ps.bindings, name)
-	}
-	for _, name := range p.unset {
-		if b := ps.bindings[name]; b != nil {
-			b = b.DeepCopy()
-			b.Spec.Pod, b.Spec.PodUID = "", ""
-			ps.bindings[name] = b
-		}
-	}
-	for _, w := range p.bind {
-		ps.bindings[w.stage] = w.obj.DeepCopy()
-	}
-	return &ps
 }
 
 // writeRoutes keeps the routes ConfigMap and records in the outcome what stopped it: an object in
