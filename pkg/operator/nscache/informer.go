@@ -341,6 +341,9 @@ func (f *fanInformer) AddIndexers(indexers toolscache.Indexers) error {
 	c := f.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.kinds[f.k.key] != f.k {
+		return fmt.Errorf("nscache: the informer for %s was removed", f.k.key.gvk)
+	}
 	for _, sp := range c.spaces {
 		if err := sp.informers[f.k.key].AddIndexers(indexers); err != nil {
 			return fmt.Errorf("nscache: indexers of %s in namespace %s: %w", f.k.key.gvk, sp.name, err)

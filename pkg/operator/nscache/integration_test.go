@@ -358,12 +358,7 @@ func TestConcurrentAddRemoveRegister(t *testing.T) {
 	for _, ns := range names {
 		c.RemoveNamespace(ns)
 	}
-	testenv.Eventually(t, "informer goroutines back to the baseline", func() error {
-		if n := informerGoroutines(); n != baseline {
-			return fmt.Errorf("%d informer goroutines, %d before", n, baseline)
-		}
-		return nil
-	})
+	backToBaseline(t, "once every namespace is removed", baseline)
 }
 
 // isMissingIndex says whether err is the cache reader's complaint about a field selector on a

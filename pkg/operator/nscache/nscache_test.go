@@ -224,12 +224,7 @@ func TestInformersStop(t *testing.T) {
 	for _, ns := range names {
 		c.RemoveNamespace(ns)
 	}
-	testenv.Eventually(t, "informer goroutines back to the baseline after RemoveNamespace", func() error {
-		if n := informerGoroutines(); n != baseline {
-			return fmt.Errorf("%d informer goroutines, %d before", n, baseline)
-		}
-		return nil
-	})
+	backToBaseline(t, "after RemoveNamespace", baseline)
 
 	// Left out before it synced: AddNamespace with a context that has ended.
 	ended, endNow := context.WithCancel(ctx)
@@ -240,12 +235,7 @@ func TestInformersStop(t *testing.T) {
 	if got := c.Namespaces(); len(got) != 0 {
 		t.Errorf("Namespaces() = %v after an AddNamespace that gave up", got)
 	}
-	testenv.Eventually(t, "informer goroutines back to the baseline after an AddNamespace that gave up", func() error {
-		if n := informerGoroutines(); n != baseline {
-			return fmt.Errorf("%d informer goroutines, %d before", n, baseline)
-		}
-		return nil
-	})
+	backToBaseline(t, "after an AddNamespace that gave up", baseline)
 
 	// The Cache's context ends: every namespace's informers stop and Start returns.
 	for _, ns := range names {
@@ -258,12 +248,7 @@ func TestInformersStop(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	// Start waits for the informers; the sync waiters on them end right after.
-	testenv.Eventually(t, "informer goroutines back to the baseline once Start returned", func() error {
-		if n := informerGoroutines(); n != baseline {
-			return fmt.Errorf("%d informer goroutines, %d before", n, baseline)
-		}
-		return nil
-	})
+	backToBaseline(t, "once Start returned", baseline)
 	if err := c.AddNamespace(context.Background(), names[0]); err == nil {
 		t.Error("AddNamespace after the cache stopped succeeded")
 	}
@@ -537,5 +522,38 @@ func TestListSkipsNamespaceBeingAdded(t *testing.T) {
 	}
 	if err := <-inSlow; err != nil {
 		t.Fatalf("List in the namespace once synced: %v", err)
+	}
+}
+
+// RemoveInformer stops the kind's informer in every namespace; asking for the kind again starts it
+// afresh.
+func TestRemoveInformer(t *testing.T) {
+	testenv.NeedEnv(t, envCfg)
+	baseline := informerGoroutines()
+	c := startCache(t, cache.Options{})
+	ctx := t.Context()
+	ns := testenv.NewNamespace(t, direct, "rminf")
+	cm := createConfigMap(t, ns, "cm", nil)
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recorder
+	if _, err := inf.AddEventHandler(rec.handler()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	// What is left is the namespace's own cache, still added, waiting for its end.
+	backToBaseline(t, "after RemoveInformer", baseline+1)
+	if _, err := inf.AddEventHandler(rec.handler()); err == nil {
+		t.Error("a handler added to a removed informer was accepted")
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("Get after RemoveInformer (starts the kind again): %v", err)
 	}
 }

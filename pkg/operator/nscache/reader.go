@@ -115,7 +115,12 @@ func (c *Cache) readIn(ctx context.Context, sp *space, key kindKey, read func(co
 	inf := sp.informers[key]
 	started := c.started
 	c.mu.RUnlock()
-	if started && inf != nil && !inf.HasSynced() {
+	if inf == nil {
+		// The kind was removed (RemoveInformer) since the read asked for it: reading on would
+		// make the namespace's cache start an informer of its own that this Cache does not track.
+		return &cache.ErrResourceNotCached{GVK: key.gvk}
+	}
+	if started && !inf.HasSynced() {
 		select {
 		case <-inf.HasSyncedChecker().Done(): // synced, or the namespace or informer gone
 		case <-ctx.Done():

@@ -125,6 +125,12 @@ func createConfigMap(t *testing.T, ns, name string, data map[string]string) *cor
 // informerGoroutines counts the goroutines that run informers or wait on them: reflectors,
 // informer and listener loops, and this package's and controller-runtime's sync waiters.
 func informerGoroutines() int {
+	n, _ := informerStacks()
+	return n
+}
+
+// informerStacks is informerGoroutines with the stacks it counted.
+func informerStacks() (int, []string) {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -135,6 +141,7 @@ func informerGoroutines() int {
 		buf = make([]byte, 2*len(buf))
 	}
 	count := 0
+	var stacks []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		for _, marker := range []string{
 			"k8s.io/client-go/tools/cache.(*Reflector)",
@@ -147,9 +154,22 @@ func informerGoroutines() int {
 		} {
 			if strings.Contains(g, marker) {
 				count++
+				stacks = append(stacks, g)
 				break
 			}
 		}
 	}
-	return count
+	return count, stacks
+}
+
+// backToBaseline waits until the informer goroutines are as many as baseline, and fails the test
+// with the stacks of those left if they never are.
+func backToBaseline(t *testing.T, what string, baseline int) {
+	t.Helper()
+	testenv.Eventually(t, "informer goroutines back to the baseline "+what, func() error {
+		if n, stacks := informerStacks(); n != baseline {
+			return fmt.Errorf("%d informer goroutines, %d before:\n%s", n, baseline, strings.Join(stacks, "\n\n"))
+		}
+		return nil
+	})
 }
