@@ -72,15 +72,14 @@ func TestOperatorCacheOptions(t *testing.T) {
 	if got := pods.Items[0].Spec.Containers; len(got) != 1 || got[0].Image != "" || got[0].Ports[0].Name != "http" {
 		t.Errorf("cached Pod's containers %+v, want name and ports only (TrimPod)", got)
 	}
-	// A ConfigMap listed when the namespace was added: its value is held as a digest. (With
-	// client-go's streaming initial list, WatchListClient, the transform runs twice on listed
-	// objects, and DigestConfigMap, not idempotent, digests the digest: so only the prefix here.)
+	// A ConfigMap listed when the namespace was added: its value is held as its digest, exactly
+	// (client-go's streaming initial list runs the transform twice on a listed object).
 	var routes corev1.ConfigMap
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "routes"}, &routes); err != nil {
 		t.Fatal(err)
 	}
-	if got := routes.Data["routes"]; !strings.HasPrefix(got, "sha256:") {
-		t.Errorf("cached routes value %q, want a digest (DigestConfigMap)", got)
+	if got, want := routes.Data["routes"], opcache.DataDigest("the routes document"); got != want {
+		t.Errorf("listed routes value %q, want its digest %q (DigestConfigMap)", got, want)
 	}
 	// One that arrives by the watch: exactly its digest.
 	watched := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routes-later", Labels: map[string]string{schedulingv1alpha1.PipelineLabel: "p"}},
