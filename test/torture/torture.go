@@ -352,7 +352,24 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 	r.kind, r.signal, r.probed = kind, time.Now(), map[int]bool{}
 	switch kind {
 	case KindScaleUp:
-		if _, err := r.start(); err != nil {
+		rp, err := r.start()
+		if err != nil {
+			return err
+		}
+		// Every bucket is held and none moves until the coordinator sees the new member: wait
+		// for its share, probing what moves on the way, or the round would end before its moves.
+		if err := r.poll(ctx, "replica "+rp.id+" holds a bucket", func(ctx context.Context) error {
+			views, err := r.buckets(ctx)
+			if err != nil {
+				return err
+			}
+			for _, v := range views {
+				if v.holderID == rp.id {
+					return nil
+				}
+			}
+			return errors.New("none yet")
+		}); err != nil {
 			return err
 		}
 	case KindScaleDown, KindRolling:
