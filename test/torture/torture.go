@@ -356,20 +356,7 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		if err != nil {
 			return err
 		}
-		// Every bucket is held and none moves until the coordinator sees the new member: wait
-		// for its share, probing what moves on the way, or the round would end before its moves.
-		if err := r.poll(ctx, "replica "+rp.id+" holds a bucket", func(ctx context.Context) error {
-			views, err := r.buckets(ctx)
-			if err != nil {
-				return err
-			}
-			for _, v := range views {
-				if v.holderID == rp.id {
-					return nil
-				}
-			}
-			return errors.New("none yet")
-		}); err != nil {
+		if err := r.holds(ctx, rp); err != nil {
 			return err
 		}
 	case KindScaleDown, KindRolling:
@@ -392,7 +379,11 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		<-victim.proc.Exited()
 		r.forget(victim)
 		if len(r.live) < r.opts.MinReplicas {
-			if _, err := r.start(); err != nil {
+			rp, err := r.start()
+			if err != nil {
+				return err
+			}
+			if err := r.holds(ctx, rp); err != nil {
 				return err
 			}
 		}
@@ -414,8 +405,29 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		}
 		victim.stopped = false
 		r.kind = KindRebalance // what moves from now on moves because the replica came back
+		if err := r.holds(ctx, victim); err != nil {
+			return err
+		}
 	}
 	return r.settle(ctx, "every bucket has a running owner after "+kind)
+}
+
+// holds waits until a replica that joined (started, or resumed under a new incarnation) holds a
+// bucket, probing what moves on the way. Until the coordinator sees the new member every bucket
+// is held and none moves, so settling alone would end the round before its moves.
+func (r *run) holds(ctx context.Context, rp *replica) error {
+	return r.poll(ctx, "replica "+rp.id+" holds a bucket", func(ctx context.Context) error {
+		views, err := r.buckets(ctx)
+		if err != nil {
+			return err
+		}
+		for _, v := range views {
+			if v.holderID == rp.id {
+				return nil
+			}
+		}
+		return errors.New("none yet")
+	})
 }
 
 // probeVictim signals the victim and at once probes every namespace of every bucket it held.
