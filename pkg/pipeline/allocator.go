@@ -132,8 +132,8 @@ type bindingState struct {
 	// to be woken when the cache shows it (Observe). Nothing else waits for a write to settle.
 	awaited bool
 	// counted is what the binding contributes to the workers now: the union of the observed and
-	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map); nothing
-	// while its Pipeline is unknown or gone.
+	// pending Pods, each with the largest load on it (one or two Pods: a slice, not a map), whether
+	// or not its Pipeline is known.
 	counted []holding
 	// countedObs is the observed load the binding adds to the allocated total of the class its
 	// cached copy names.

@@ -206,7 +206,11 @@ func TestAllocatorWakesOnlyWhatFits(t *testing.T) {
 		t.Fatalf("w1 placed on %v", w1.Pods)
 	}
 	woken = nil
-	a.OnPipeline(hold, true) // hold goes: green-0 frees 10, room for one waiter of 6 (green-1 has 4)
+	a.OnPipeline(hold, true) // hold goes, its binding stays until the garbage collector deletes it
+	if len(woken) != 0 {
+		t.Fatalf("woken %v when hold's Pipeline went: its binding still holds green-0", woken)
+	}
+	a.OnBinding(allocBinding("hold", "s0", "green", "green-0", 10, 1), true) // green-0 frees 10: room for one waiter of 6 (green-1 has 4)
 	if len(woken) != 1 || woken[0] != "w2" {
 		t.Fatalf("woken %v, want [w2]: two free spaces of 10 and 4 fit one stage of 6", woken)
 	}
@@ -312,4 +316,42 @@ func TestAllocatorWakesOnlyAPipelineThatWaitsForItsWrites(t *testing.T) {
 			t.Error("not settled once the cache shows the write")
 		}
 	}
+}
+
+// A binding holds its Pod until it is gone, whether or not its Pipeline is: a deleted Pipeline's
+// bindings stay until the garbage collector deletes them (seconds later on a busy API server), and
+// a replica that loads a namespace lists them even when their Pipeline is gone already. Freeing
+// their room earlier let a new pipeline be placed on the Pod while they still held it (the
+// handover torture saw workers carry 110 and 120 of 100).
+func TestAllocatorDeletedPipelineHoldsUntilItsBindingsGo(t *testing.T) {
+	next := allocPipeline("next", 10, "green")
+	place := func(a *Allocator) Placement {
+		a.OnPipeline(next, false)
+		return a.Place(next, []StageRequest{{Stage: "s0", Binding: "next-s0", Class: "green", Load: 10}}, true)
+	}
+	t.Run("deleted while known", func(t *testing.T) {
+		a := greenWorld(t, 1)
+		old := allocPipeline("old", 10, "green")
+		b := allocBinding("old", "s0", "green", "green-0", 10, 1)
+		a.OnPipeline(old, false)
+		a.OnBinding(b, false)
+		a.OnPipeline(old, true)
+		if p := place(a); p.Unplaced == nil {
+			t.Fatalf("placed on %v while old's binding still holds green-0", p.Pods)
+		}
+		checkInvariants(t, a, allocClass("green", 10), allocPod("green", 0), b, next)
+		a.OnBinding(b, true) // the garbage collector
+		if p := place(a); p.Pods["s0"] != "green-0" {
+			t.Fatalf("placement %+v once old's binding is gone, want green-0", p)
+		}
+	})
+	t.Run("listed after its Pipeline was deleted", func(t *testing.T) {
+		a := greenWorld(t, 1)
+		b := allocBinding("old", "s0", "green", "green-0", 10, 1)
+		a.OnBinding(b, false)
+		if p := place(a); p.Unplaced == nil {
+			t.Fatalf("placed on %v while a binding of a deleted Pipeline still holds green-0", p.Pods)
+		}
+		checkInvariants(t, a, allocClass("green", 10), allocPod("green", 0), b, next)
+	})
 }

@@ -23,8 +23,9 @@ import (
 //     capacities: nothing deleted comes back, nothing shown is missing;
 //   - a class's workers are exactly the Pods objs label with it, with their UIDs, and a worker is
 //     usable (Ready, not draining) exactly when its Pod is: no ghost worker;
-//   - no Pod objs show carries more than its class's capacity, counting the bindings of the
-//     Pipelines objs show: no over-commit.
+//   - no Pod objs show carries more than its class's capacity, counting every binding objs show
+//     that is not terminating, whether or not its Pipeline is there (a deleted Pipeline's bindings
+//     go only when the garbage collector deletes them): no over-commit.
 func checkInvariants(t testing.TB, a *Allocator, objs ...client.Object) {
 	t.Helper()
 	a.mu.Lock()
@@ -70,15 +71,13 @@ func (s *nsState) recountBindingsLocked() (onPod, classObs map[string]int64, err
 	onPod, classObs = map[string]int64{}, map[string]int64{}
 	for _, bs := range s.bindings {
 		want := map[string]int64{}
-		if _, live := s.pipelines[bs.pipeline]; live {
-			for _, h := range append([]holding{bs.observed}, holdsOf(bs.pending)...) {
-				if h.pod != "" {
-					want[h.pod] = max(want[h.pod], h.load)
-				}
+		for _, h := range append([]holding{bs.observed}, holdsOf(bs.pending)...) {
+			if h.pod != "" {
+				want[h.pod] = max(want[h.pod], h.load)
 			}
-			if bs.observed.pod != "" {
-				classObs[bs.class] += bs.observed.load
-			}
+		}
+		if bs.observed.pod != "" {
+			classObs[bs.class] += bs.observed.load
 		}
 		for pod, load := range want {
 			onPod[pod] += load
@@ -236,11 +235,9 @@ func (s *nsState) knowsLocked(o client.Object) error {
 
 // overCommitted lists the Pods that carry more than their class's capacity in objs.
 func overCommitted(objs []client.Object) []error {
-	live, capacity, pods := map[string]bool{}, map[string]int64{}, map[string]*corev1.Pod{}
+	capacity, pods := map[string]int64{}, map[string]*corev1.Pod{}
 	for _, o := range objs {
 		switch o := o.(type) {
-		case *schedulingv1alpha1.Pipeline:
-			live[o.Name] = o.DeletionTimestamp == nil
 		case *schedulingv1alpha1.WorkerClass:
 			capacity[o.Name] = int64(o.Spec.Capacity)
 		case *corev1.Pod:
@@ -251,7 +248,7 @@ func overCommitted(objs []client.Object) []error {
 	on := map[string][]string{}
 	for _, o := range objs {
 		b, ok := o.(*schedulingv1alpha1.PipelineBinding)
-		if !ok || b.Spec.Pod == "" || !live[b.Spec.Pipeline] || b.DeletionTimestamp != nil {
+		if !ok || b.Spec.Pod == "" || b.DeletionTimestamp != nil {
 			continue
 		}
 		if pod := pods[b.Spec.Pod]; pod == nil || (b.Spec.PodUID != "" && pod.UID != b.Spec.PodUID) {

@@ -107,7 +107,8 @@ func (s *nsState) pipelinesOnLocked(pod string) []string {
 	return out
 }
 
-// OnPipeline records a Pipeline's request (deleted: it is gone, and its bindings hold nothing).
+// OnPipeline records a Pipeline's request (deleted: it is gone). Its bindings keep their Pods
+// until they are gone themselves (recountLocked).
 func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 	s := a.lock(pl.Namespace, !deleted)
 	if s == nil {
@@ -121,9 +122,11 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 		countPhase(s.unschedulable, old.unschedulable, -1)
 	}
 	if deleted || pl.DeletionTimestamp != nil {
+		// Its bindings keep their Pods until the garbage collector has deleted them and the cache
+		// shows it (recountLocked). The writes to them that returned no longer matter: nothing
+		// settles them once their Pipeline's reconciles stop.
 		delete(s.pipelines, pl.Name)
 		for _, b := range slices.Clone(s.byPipeline[pl.Name]) {
-			// Its bindings hold nothing now, and no write of it matters any more.
 			b.pending = slices.DeleteFunc(b.pending, func(r *Reservation) bool { return r.done })
 			s.recountLocked(b, &fx)
 			if !b.present && len(b.pending) == 0 {
@@ -144,15 +147,8 @@ func (a *Allocator) OnPipeline(pl *schedulingv1alpha1.Pipeline, deleted bool) {
 		for _, name := range slices.Sorted(maps.Keys(pl.Spec.Workers)) {
 			p.classes = append(p.classes, pl.Spec.Workers[name].Class)
 		}
-		isNew := s.pipelines[pl.Name] == nil
 		s.pipelines[pl.Name] = p
 		s.countRequestLocked(p, 1, &fx)
-		if isNew {
-			// Bindings seen before their Pipeline held nothing until now.
-			for _, b := range slices.Clone(s.byPipeline[pl.Name]) {
-				s.recountLocked(b, &fx)
-			}
-		}
 	}
 }
 
@@ -254,6 +250,12 @@ func (s *nsState) forgetBindingLocked(bs *bindingState) {
 // total, and applies the difference; freed capacity wakes the pipelines waiting for it. The old
 // holdings are taken off the Pods (and the class) they were counted on, whatever class the
 // binding names now.
+//
+// A binding counts whether or not its Pipeline is known: the Pod it names carries its load until
+// the binding is gone from the cache or terminating. A deleted Pipeline's bindings stay until the
+// garbage collector deletes them (seconds later on a busy API server), and a replica that loads a
+// namespace lists them even when their Pipeline is gone already; freeing their room at the
+// Pipeline's delete would let a placement put more on the Pod meanwhile than its capacity.
 func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	var want []holding
 	add := func(h holding) {
@@ -268,12 +270,9 @@ func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 		}
 		want = append(want, h)
 	}
-	_, live := s.pipelines[bs.pipeline]
-	if live {
-		add(bs.observed)
-		for _, r := range bs.pending {
-			add(r.hold)
-		}
+	add(bs.observed)
+	for _, r := range bs.pending {
+		add(r.hold)
 	}
 	old := bs.counted
 	var freed []string
@@ -289,7 +288,7 @@ func (s *nsState) recountLocked(bs *bindingState, fx *effects) {
 	}
 	bs.counted = want
 	var obs classLoad
-	if live && bs.observed.pod != "" {
+	if bs.observed.pod != "" {
 		obs = classLoad{class: bs.class, load: bs.observed.load}
 	}
 	if obs != bs.countedObs {

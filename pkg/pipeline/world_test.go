@@ -33,8 +33,10 @@ import (
 // random events create and delete pipelines, change loads and stages' classes, delete bindings,
 // add workers, kill, drain and relabel them, let binding writes time out and apply some steps later, and make the
 // binding informer relist after an outage (so it misses deletes and whole lives of objects). A
-// small binding controller plays the Service's endpoints. After every step it checks:
-//   - no worker is ever over capacity, counting every write the API server applied;
+// small binding controller plays the Service's endpoints, and a garbage collector that lags
+// deletes the bindings of deleted Pipelines some steps later. After every step it checks:
+//   - no worker is ever over capacity, counting every write the API server applied and every
+//     binding that exists, its Pipeline deleted or not;
 //   - checkInvariants: the allocator agrees with a recount of itself and with what its informers
 //     delivered (no leaked, negative or ghost load, no ghost worker or Pipeline);
 //   - placement is all or nothing: a pipeline never fully placed holds no worker at all;
@@ -627,13 +629,10 @@ func (w *world) bindingController() {
 
 func (w *world) checkCapacity() {
 	w.t.Helper()
-	live := map[string]bool{}
-	for _, pl := range w.pipelines() {
-		live[pl.Name] = true
-	}
 	load := map[string]int64{}
 	for _, b := range w.bindings() {
-		if b.Spec.Pod == "" || !live[b.Spec.Pipeline] {
+		// A binding holds its Pod until it is deleted, whether or not its Pipeline is still there.
+		if b.Spec.Pod == "" {
 			continue
 		}
 		pod := w.pods[b.Spec.Pod]
@@ -837,7 +836,9 @@ func (w *world) randomStep() {
 			}
 		}
 	}
-	w.collectGarbage()
+	if w.rng.IntN(3) == 0 {
+		w.collectGarbage() // the garbage collector lags the deletes of the Pipelines
+	}
 	w.drains()
 	w.bindingController()
 	// Informers deliver each kind in order, some kinds late; the binding informer not at all

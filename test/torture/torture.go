@@ -351,55 +351,99 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		*kindp = kind
 	}
 	r.kind, r.victim, r.signal, r.probed = kind, victim.id, time.Now(), map[int]bool{}
+	var err error
 	switch kind {
 	case KindScaleUp:
+		err = r.join(ctx)
+	case KindScaleDown, KindRolling:
+		err = r.terminate(ctx, victim, kind == KindRolling)
+	case KindKill:
+		err = r.kill(ctx, victim)
+	case KindStop:
+		err = r.stop(ctx, victim)
+	}
+	if err != nil {
+		return err
+	}
+	return r.settle(ctx, "every bucket has a running owner after "+kind)
+}
+
+// join starts a replica and waits until it holds a bucket.
+func (r *run) join(ctx context.Context) error {
+	rp, err := r.start()
+	if err != nil {
+		return err
+	}
+	return r.holds(ctx, rp)
+}
+
+// terminate SIGTERMs the victim, starting its successor beside it in a rolling update, and waits
+// until it has exited.
+func (r *run) terminate(ctx context.Context, victim *replica, rolling bool) error {
+	if err := victim.proc.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if rolling {
+		// A Deployment's rolling update starts the new Pod beside the old one.
 		if _, err := r.start(); err != nil {
 			return err
 		}
-	case KindScaleDown, KindRolling:
-		if err := victim.proc.Signal(syscall.SIGTERM); err != nil {
-			return err
-		}
-		if kind == KindRolling {
-			// A Deployment's rolling update starts the new Pod beside the old one.
-			if _, err := r.start(); err != nil {
-				return err
-			}
-		}
-		if err := r.exited(ctx, victim); err != nil {
-			return err
-		}
-	case KindKill:
-		if err := r.probeVictim(ctx, victim, func() error { return victim.proc.Signal(syscall.SIGKILL) }); err != nil {
-			return err
-		}
-		<-victim.proc.Exited()
-		r.forget(victim)
-		if len(r.live) < r.opts.MinReplicas {
-			if _, err := r.start(); err != nil {
-				return err
-			}
-		}
-	case KindStop:
-		if err := r.probeVictim(ctx, victim, func() error { return victim.proc.Signal(syscall.SIGSTOP) }); err != nil {
-			return err
-		}
-		victim.stopped = true
-		if err := r.settle(ctx, "the stopped replica's buckets have other owners"); err != nil {
-			return err
-		}
-		if wait := r.opts.Stop - time.Since(r.signal); wait > 0 {
-			if err := r.pollFor(ctx, wait); err != nil {
-				return err
-			}
-		}
-		if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
-			return err
-		}
-		victim.stopped = false
-		r.kind = KindRebalance // what moves from now on moves because the replica came back
 	}
-	return r.settle(ctx, "every bucket has a running owner after "+kind)
+	return r.exited(ctx, victim)
+}
+
+// kill SIGKILLs the victim, and starts another replica when fewer than MinReplicas are left.
+func (r *run) kill(ctx context.Context, victim *replica) error {
+	if err := r.probeVictim(ctx, victim, func() error { return victim.proc.Signal(syscall.SIGKILL) }); err != nil {
+		return err
+	}
+	<-victim.proc.Exited()
+	r.forget(victim)
+	if len(r.live) < r.opts.MinReplicas {
+		return r.join(ctx)
+	}
+	return nil
+}
+
+// stop SIGSTOPs the victim past its lease, resumes it once its buckets have other owners, and
+// waits until it holds a bucket again under its new incarnation.
+func (r *run) stop(ctx context.Context, victim *replica) error {
+	if err := r.probeVictim(ctx, victim, func() error { return victim.proc.Signal(syscall.SIGSTOP) }); err != nil {
+		return err
+	}
+	victim.stopped = true
+	if err := r.settle(ctx, "the stopped replica's buckets have other owners"); err != nil {
+		return err
+	}
+	if wait := r.opts.Stop - time.Since(r.signal); wait > 0 {
+		if err := r.pollFor(ctx, wait); err != nil {
+			return err
+		}
+	}
+	if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	victim.stopped = false
+	r.kind = KindRebalance // what moves from now on moves because the replica came back
+	return r.holds(ctx, victim)
+}
+
+// holds waits until a replica that joined (started, or resumed under a new incarnation) holds a
+// bucket, probing what moves on the way. Until the coordinator sees the new member every bucket
+// is held and none moves, so settling alone would end the round before its moves.
+func (r *run) holds(ctx context.Context, rp *replica) error {
+	return r.poll(ctx, "replica "+rp.id+" holds a bucket", func(ctx context.Context) error {
+		views, err := r.buckets(ctx)
+		if err != nil {
+			return err
+		}
+		for _, v := range views {
+			if v.holderID == rp.id {
+				return nil
+			}
+		}
+		return errors.New("none yet")
+	})
 }
 
 // probeVictim signals the victim and at once probes every namespace of every bucket it held.
