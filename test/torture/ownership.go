@@ -177,11 +177,12 @@ func (h History) holderAt(b int, t time.Time) string {
 	return "nobody"
 }
 
-// Probe is work created in a namespace while its bucket changes hands, so that the new owner has
-// something to write: the handover gap is measured up to that write.
+// Probe is a pipeline created in a namespace while its bucket changes hands, so that the new
+// owner has something to write: the handover gap is measured up to its first write for it.
 type Probe struct {
 	Kind      string // what moved the bucket: scale-up, scale-down, rolling, kill, stop, rebalance
 	Namespace string
+	Pipeline  string    // the probe's pipeline; the operator names its bindings, Services and routes after it
 	Victim    string    // the replica that held the bucket
 	Signal    time.Time // when the victim was signalled (zero when nothing was signalled)
 	Created   time.Time
@@ -190,14 +191,20 @@ type Probe struct {
 // Graceful says whether the bucket moved by a release (every kind but kill and stop).
 func (p Probe) Graceful() bool { return p.Kind != KindKill && p.Kind != KindStop }
 
-// Gap returns the handover gap a probe saw: for a graceful move, from the victim's release of the
-// bucket until the new owner's first successful write in the namespace; for a SIGKILL or a
-// SIGSTOP, from the signal until the first successful write there of any other replica. False
-// when the log shows no such write (or, for a graceful move, no release after the probe).
+// about says whether a write is to the probe's pipeline or an object the operator made for it.
+func (p Probe) about(w crash.Write) bool {
+	return w.Namespace == p.Namespace && (w.Name == p.Pipeline || strings.HasPrefix(w.Name, p.Pipeline+"-"))
+}
+
+// Gap returns the handover gap a probe saw: the time from the victim's release of the bucket (a
+// graceful move) or from the signal (SIGKILL, SIGSTOP) until the first successful write of a
+// replica for the probe's pipeline. False when the victim itself wrote for it first (it placed
+// the probe before it let go: no handover stood in the way), when nothing wrote for it, or, for a
+// graceful move, when the log shows no release of the victim's around the probe.
 func Gap(p Probe, h History, writes []crash.Write) (time.Duration, bool) {
-	b := shard.BucketOf(p.Namespace)
-	from, by := p.Signal, ""
+	from := p.Signal
 	if p.Graceful() {
+		b := shard.BucketOf(p.Namespace)
 		// The victim's holding that covered the probe's creation ends with the release.
 		hd, ok := h.holding(b, p.Created)
 		if !ok || hd.Replica != p.Victim {
@@ -214,19 +221,17 @@ func Gap(p Probe, h History, writes []crash.Write) (time.Duration, bool) {
 			return 0, false
 		}
 		from = hd.To
-		i := slices.IndexFunc(h[b], func(x Holding) bool { return !x.From.Before(hd.To) })
-		if i < 0 {
-			return 0, false
-		}
-		by = h[b][i].Replica
 	}
 	for _, w := range writes {
 		r := ReplicaOfWrite(w)
-		if w.Namespace != p.Namespace || w.Code >= 300 || r == "" || r == p.Victim || w.Received.Before(from) {
+		if r == "" || w.Code >= 300 || !p.about(w) {
 			continue
 		}
-		if by != "" && r != by {
-			continue
+		if r == p.Victim {
+			return 0, false
+		}
+		if w.Received.Before(from) {
+			from = w.Received // a graceful move whose new owner wrote before the release: no gap
 		}
 		return w.Received.Sub(from), true
 	}

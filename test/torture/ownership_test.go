@@ -117,11 +117,14 @@ func TestGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	named := func(w crash.Write, name string) crash.Write { w.Name = name; return w }
 	writes := []crash.Write{
-		write("r1", nsA, 900, 201),
-		write("r3", nsA, 1400, 201), // not the new owner (a graceful gap waits for r2)
-		write("r2", nsA, 1500, 409), // refused
-		write("r2", nsA, 1700, 201),
+		named(write("r1", nsA, 900, 201), "p-00001-first"),  // the old owner places another pipeline
+		named(write("r2", nsA, 1500, 409), "p-00007-first"), // refused
+		named(write("r2", nsA, 1600, 201), "p-00070-first"), // another pipeline whose name starts alike
+		named(write("r2", nsA, 1700, 201), "p-00007-first"), // the probe's first binding
+		named(write("r1", nsA, 500, 201), "p-00009-first"),  // the old owner placed this probe
+		named(write("r2", nsA, 1800, 201), "p-00009"),
 	}
 	tests := []struct {
 		name string
@@ -129,11 +132,12 @@ func TestGap(t *testing.T) {
 		want time.Duration
 		ok   bool
 	}{
-		{"graceful: from the release to the new owner's first applied write", Probe{Kind: KindScaleDown, Namespace: nsA, Victim: "r1", Created: at(800)}, 700 * time.Millisecond, true},
-		{"graceful, probe made after the release", Probe{Kind: KindRebalance, Namespace: nsA, Victim: "r1", Created: at(1100)}, 700 * time.Millisecond, true},
-		{"SIGKILL: from the signal to any other replica's write", Probe{Kind: KindKill, Namespace: nsA, Victim: "r1", Signal: at(950), Created: at(960)}, 450 * time.Millisecond, true},
-		{"no write of another replica", Probe{Kind: KindStop, Namespace: nsB, Victim: "r1", Signal: at(950), Created: at(960)}, 0, false},
-		{"graceful, the victim never held it", Probe{Kind: KindScaleUp, Namespace: nsA, Victim: "r9", Created: at(800)}, 0, false},
+		{"graceful: from the release to the first applied write for the probe", Probe{Kind: KindScaleDown, Namespace: nsA, Pipeline: "p-00007", Victim: "r1", Created: at(800)}, 700 * time.Millisecond, true},
+		{"graceful, probe made after the release", Probe{Kind: KindRebalance, Namespace: nsA, Pipeline: "p-00007", Victim: "r1", Created: at(1100)}, 700 * time.Millisecond, true},
+		{"SIGKILL: from the signal", Probe{Kind: KindKill, Namespace: nsA, Pipeline: "p-00007", Victim: "r1", Signal: at(950), Created: at(960)}, 750 * time.Millisecond, true},
+		{"the victim placed the probe before it let go", Probe{Kind: KindScaleDown, Namespace: nsA, Pipeline: "p-00009", Victim: "r1", Created: at(400)}, 0, false},
+		{"nothing wrote for the probe", Probe{Kind: KindStop, Namespace: nsA, Pipeline: "p-00123", Victim: "r1", Signal: at(950), Created: at(960)}, 0, false},
+		{"graceful, the victim never held it", Probe{Kind: KindScaleUp, Namespace: nsA, Pipeline: "p-00007", Victim: "r9", Created: at(800)}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

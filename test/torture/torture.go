@@ -588,10 +588,11 @@ func (r *run) probe(ctx context.Context, b int, victim string) error {
 	r.probed[b] = true
 	for _, ns := range r.nsOf[b] {
 		created := time.Now()
-		if err := r.replace(ctx, ns, 0); err != nil {
+		name, err := r.replace(ctx, ns, 0)
+		if err != nil {
 			return err
 		}
-		p := Probe{Kind: r.kind, Namespace: ns, Victim: victim, Created: created}
+		p := Probe{Kind: r.kind, Namespace: ns, Pipeline: name, Victim: victim, Created: created}
 		if (p.Kind == KindKill || p.Kind == KindStop) && victim != r.victim {
 			// A bucket of a live replica moving after a SIGKILL or a SIGSTOP: the coordinator
 			// rebalances (to a replacement, or to the replica that came back), gracefully.
@@ -605,27 +606,28 @@ func (r *run) probe(ctx context.Context, b int, victim string) error {
 	return nil
 }
 
-// replace deletes the i-th oldest pipeline of ns and creates a new one.
-func (r *run) replace(ctx context.Context, ns string, i int) error {
-	if err := r.create(ctx, ns); err != nil {
-		return err
+// replace deletes the i-th oldest pipeline of ns and creates a new one, whose name it returns.
+func (r *run) replace(ctx context.Context, ns string, i int) (string, error) {
+	name, err := r.create(ctx, ns)
+	if err != nil {
+		return "", err
 	}
 	old := r.names[ns][i]
 	r.names[ns] = slices.Delete(r.names[ns], i, i+1)
 	if err := r.c.Delete(ctx, fixtures.MakePipeline(ns, old).Obj()); err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return "", err
 	}
-	return nil
+	return name, nil
 }
 
-func (r *run) create(ctx context.Context, ns string) error {
+func (r *run) create(ctx context.Context, ns string) (string, error) {
 	name := fmt.Sprintf("p-%05d", r.made[ns])
 	r.made[ns]++
 	if err := r.c.Create(ctx, fixtures.MakePipeline(ns, name).Load(load).Chain(className, className).Obj()); err != nil {
-		return err
+		return "", err
 	}
 	r.names[ns] = append(r.names[ns], name)
-	return nil
+	return name, nil
 }
 
 // world creates the namespaces, their workers and pipelines, and waits until every pipeline is
@@ -648,7 +650,7 @@ func (r *run) world(ctx context.Context) error {
 			}
 		}
 		for range perNamespace {
-			if err := r.create(ctx, ns); err != nil {
+			if _, err := r.create(ctx, ns); err != nil {
 				return err
 			}
 		}
@@ -681,7 +683,7 @@ func (r *run) converged(ctx context.Context) error {
 func (r *run) churn(ctx context.Context, round int) error {
 	for range 2 {
 		ns := r.nss[r.rng.IntN(len(r.nss))]
-		if err := r.replace(ctx, ns, r.rng.IntN(len(r.names[ns]))); err != nil {
+		if _, err := r.replace(ctx, ns, r.rng.IntN(len(r.names[ns]))); err != nil {
 			return err
 		}
 	}
