@@ -134,3 +134,75 @@ func TestNodeViewsConcurrent(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestNodeViewsOfSnapshotOnly: only the scheduler's own NodeInfos (those of its snapshot) are
+// cached; a what-if copy of one (preemption's) gets its view computed, and leaves no entry behind.
+func TestNodeViewsOfSnapshotOnly(t *testing.T) {
+	table := &classTable{costs: costs{{testNamespace, "blue"}: 10, {testNamespace, "red"}: 30}, version: 1}
+	held := framework.NewNodeInfo(worker("b1", "blue").Node("n1").Obj())
+	held.SetNode(node("n1", 100))
+	var views nodeViews
+	views.shared = func(ni *framework.NodeInfo) bool { return ni == held }
+	views.newCycle(time.Now())
+
+	if got := views.view(held, table, 0); got.hosted != 10 {
+		t.Fatalf("view of the held NodeInfo = %+v, want hosted 10", got)
+	}
+	copied := held.SnapshotConcrete()
+	copied.AddPod(worker("r1", "red").Node("n1").Obj())
+	for range 3 {
+		if got := views.view(copied, table, 0); got.hosted != 40 || got.generation != copied.GetGeneration() {
+			t.Fatalf("view of a copy = %+v, want hosted 40 at generation %d", got, copied.GetGeneration())
+		}
+	}
+	if len(views.pending) != 1 || views.pending[held] == nil {
+		t.Errorf("pending = %v, want the held NodeInfo only", views.pending)
+	}
+	views.newCycle(time.Now())
+	if tbl := views.table.Load(); tbl == nil || tbl.n != 1 || tbl.find(held) == nil || tbl.find(copied) != nil {
+		t.Errorf("published table = %+v, want the held NodeInfo only", tbl)
+	}
+	if got, ok := views.cached("n1"); !ok || got.hosted != 10 {
+		t.Errorf("cached n1 = %+v, %v; want the held NodeInfo's view (hosted 10)", got, ok)
+	}
+}
+
+// TestViewTable: the published table finds every NodeInfo it was given, with the view it had,
+// and no other; it stays at most half full as it grows.
+func TestViewTable(t *testing.T) {
+	table := &classTable{costs: costs{{testNamespace, "blue"}: 10}, version: 1}
+	var views nodeViews
+	views.newCycle(time.Now())
+	var infos []*framework.NodeInfo
+	for round, n := range []int{1, 7, 100, 1000} {
+		for i := len(infos); i < n; i++ {
+			name := fmt.Sprintf("node-%04d", i)
+			var pods []*v1.Pod
+			for j := range i % 4 {
+				pods = append(pods, worker(fmt.Sprintf("%s-%d", name, j), "blue").Node(name).Obj())
+			}
+			ni := framework.NewNodeInfo(pods...)
+			ni.SetNode(node(name, int64(100+i)))
+			infos = append(infos, ni)
+			views.view(ni, table, 0)
+		}
+		views.newCycle(time.Now())
+		tbl := views.table.Load()
+		if tbl == nil || tbl.n != n || len(tbl.entries) < 2*n || len(tbl.entries)&(len(tbl.entries)-1) != 0 {
+			t.Fatalf("round %d: table of %d entries for %d nodes, want a power of two at least twice as many", round, len(tbl.entries), n)
+		}
+		for i, ni := range infos {
+			slot := tbl.find(ni)
+			if slot == nil {
+				t.Fatalf("round %d: node %d not found", round, i)
+			}
+			want := nodeView{generation: ni.GetGeneration(), version: 1, hosted: 10 * int64(i%4), budget: int64(100 + i), known: true}
+			if got, ok := slot.load(); !ok || got != want {
+				t.Fatalf("round %d: node %d: view %+v, %v; want %+v", round, i, got, ok, want)
+			}
+		}
+		if other := framework.NewNodeInfo(); tbl.find(other) != nil {
+			t.Fatalf("round %d: a NodeInfo never seen was found", round)
+		}
+	}
+}

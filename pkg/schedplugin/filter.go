@@ -31,18 +31,26 @@ func (s *preFilterState) Clone() fwk.StateData { return s }
 // what it costs, and placing it anyway would put it where its cost was never counted. Like a Pod
 // whose PersistentVolumeClaim is missing, it waits, and the class informer requeues it as soon as
 // the class appears. With enforceNodeCapacity, PreFilter also computes the Pod's cost once for the
-// Filter; without it, or for a Pod without the class label, the Filter is skipped.
+// Filter; without it, or for a Pod without the class label, the Filter is skipped. A Pod without
+// the label is skipped first, before anything else is read or written.
 func (pl *WorkerClassCapacity) PreFilter(_ context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	pl.filtering.Store(true)
-	pl.views.newCycle(time.Now())
 	pl.lastPreFilter.clear()
-	s, status := pl.newPreFilterState(pod)
+	key, ok := classOf(pod)
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// Written once: every Pod would otherwise write the same shared word.
+	if !pl.filtering.Load() {
+		pl.filtering.Store(true)
+	}
+	s, status := pl.preFilterStateOf(key)
 	if !status.IsSuccess() {
 		return nil, status
 	}
 	if !pl.args.EnforceNodeCapacity {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	pl.views.newCycle(time.Now())
 	cycleState.Write(preFilterStateKey, s)
 	pl.lastPreFilter.store(cycleState, s)
 	return nil, nil
@@ -53,6 +61,10 @@ func (pl *WorkerClassCapacity) newPreFilterState(pod *v1.Pod) (*preFilterState, 
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	return pl.preFilterStateOf(key)
+}
+
+func (pl *WorkerClassCapacity) preFilterStateOf(key classKey) (*preFilterState, *fwk.Status) {
 	if !pl.classes.synced() {
 		return nil, fwk.AsStatus(errNotSynced)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config"
 	configv1 "github.com/conveyor-dev/conveyor/pkg/schedplugin/apis/config/v1"
@@ -123,6 +124,7 @@ func NewWithClient(ctx context.Context, args *config.WorkerClassCapacityArgs, h 
 		return nil, fmt.Errorf("%s: invalid arguments: %w", Name, errs.ToAggregate())
 	}
 	pl := &WorkerClassCapacity{args: *args, handle: h}
+	pl.views.shared = snapshotHolds(h)
 	pl.views.newCycle(time.Now())
 	classes, err := newClassInformer(client, pl.classChanged(klog.FromContext(ctx)))
 	if err != nil {
@@ -138,6 +140,22 @@ func NewWithClient(ctx context.Context, args *config.WorkerClassCapacityArgs, h 
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	return pl, nil
+}
+
+// snapshotHolds returns whether a NodeInfo is the one the scheduler's snapshot holds for its node,
+// rather than a what-if copy; nil without a snapshot to ask.
+func snapshotHolds(h fwk.Handle) func(*framework.NodeInfo) bool {
+	if h == nil {
+		return nil
+	}
+	return func(ni *framework.NodeInfo) bool {
+		lister := h.SnapshotSharedLister()
+		if lister == nil {
+			return true
+		}
+		held, err := lister.NodeInfos().Get(ni.Node().Name)
+		return err == nil && held == fwk.NodeInfo(ni)
+	}
 }
 
 // ClassSyncTimeout is how long New waits for the first list of WorkerClasses before it fails, and

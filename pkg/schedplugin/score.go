@@ -23,12 +23,18 @@ type preScoreState struct {
 
 func (s *preScoreState) Clone() fwk.StateData { return s }
 
-// PreScore computes the Pod's cost once for every node. Pods without the class label, or whose
-// class does not exist, are skipped: the plugin knows nothing about what they cost.
+// PreScore computes once for every node what Score needs: the Pod's cost and the class table of
+// the cycle. Pods without the class label, or whose class does not exist, are skipped: the plugin
+// knows nothing about what they cost, and the framework then calls no Score of the plugin for them.
+// A Pod without the label is skipped first, before anything else is read.
 func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	pl.views.newCycle(time.Now())
 	pl.lastPreScore.clear()
-	s, status := pl.newPreScoreState(pod)
+	key, ok := classOf(pod)
+	if !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	pl.views.newCycle(time.Now())
+	s, status := pl.preScoreStateOf(key)
 	if !status.IsSuccess() {
 		if status.IsSkip() {
 			klog.FromContext(ctx).V(5).Info("Not scoring a Pod", "plugin", Name, "pod", klog.KObj(pod), "reason", status.Message())
@@ -43,8 +49,12 @@ func (pl *WorkerClassCapacity) PreScore(ctx context.Context, cycleState fwk.Cycl
 func (pl *WorkerClassCapacity) newPreScoreState(pod *v1.Pod) (*preScoreState, *fwk.Status) {
 	key, ok := classOf(pod)
 	if !ok {
-		return nil, fwk.NewStatus(fwk.Skip, "no WorkerClass label")
+		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	return pl.preScoreStateOf(key)
+}
+
+func (pl *WorkerClassCapacity) preScoreStateOf(key classKey) (*preScoreState, *fwk.Status) {
 	if !pl.classes.synced() {
 		return nil, fwk.AsStatus(errNotSynced)
 	}

@@ -230,3 +230,33 @@ func TestNormalizeUnbudgeted(t *testing.T) {
 }
 
 var _ runtime.Object = &configv1.WorkerClassCapacityArgs{}
+
+// TestPodsWithoutClassSkipCheaply: a Pod without the class label is skipped at PreFilter and
+// PreScore before anything else is read or written: one allocation (the Skip status) each, and
+// PreFilter does not record that it has filtered a worker Pod.
+func TestPodsWithoutClassSkipCheaply(t *testing.T) {
+	tfw := newTestFramework(t, args{}, []*v1.Node{node("n1", 100)}, nil)
+	pl, pod, state := tfw.pl, plainPod("plain").Obj(), framework.NewCycleState()
+	if _, status := pl.PreFilter(t.Context(), state, pod, nil); !status.IsSkip() {
+		t.Fatalf("PreFilter = %v, want Skip", status)
+	}
+	if pl.filtering.Load() {
+		t.Error("PreFilter of a Pod without a class set filtering")
+	}
+	if status := pl.PreScore(t.Context(), state, pod, tfw.nodes); !status.IsSkip() {
+		t.Fatalf("PreScore = %v, want Skip", status)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { pl.PreScore(t.Context(), state, pod, tfw.nodes) }); allocs > 1 {
+		t.Errorf("PreScore of a Pod without a class: %v allocations, want at most 1", allocs)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { pl.PreFilter(t.Context(), state, pod, nil) }); allocs > 1 {
+		t.Errorf("PreFilter of a Pod without a class: %v allocations, want at most 1", allocs)
+	}
+	// A worker Pod does set it: from then on a class change may requeue Pods.
+	if _, status := pl.PreFilter(t.Context(), state, worker("w", "red").Obj(), nil); !status.IsSkip() {
+		t.Fatalf("PreFilter of a worker = %v, want Skip (no enforceNodeCapacity)", status)
+	}
+	if !pl.filtering.Load() {
+		t.Error("PreFilter of a worker Pod did not set filtering")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -165,16 +166,23 @@ func (s *scheduler) stop() time.Duration {
 var errTimeout = errors.New("timed out")
 
 // inProcessScheduler is conveyor-scheduler running in this process (-cpuprofile), with a CPU
-// profile of the whole process for as long as it runs.
+// profile of the whole process for as long as it runs, and the process's allocation profile at its
+// start and at its end (go tool pprof -sample_index=alloc_space -base START END: what it allocated
+// meanwhile).
 type inProcessScheduler struct {
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when Run has returned, err set
-	err      error
-	cpuStart time.Duration
-	profile  *os.File
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when Run has returned, err set
+	err       error
+	cpuStart  time.Duration
+	profile   *os.File
+	allocsEnd string
 }
 
 func startInProcess(configFile, profileFile string) (*inProcessScheduler, error) {
+	base := strings.TrimSuffix(profileFile, ".pprof")
+	if err := writeAllocs(base + ".allocs-start.pprof"); err != nil {
+		return nil, err
+	}
 	f, err := os.Create(profileFile)
 	if err != nil {
 		return nil, err
@@ -184,7 +192,7 @@ func startInProcess(configFile, profileFile string) (*inProcessScheduler, error)
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &inProcessScheduler{cancel: cancel, done: make(chan struct{}), cpuStart: selfCPU(), profile: f}
+	s := &inProcessScheduler{cancel: cancel, done: make(chan struct{}), cpuStart: selfCPU(), profile: f, allocsEnd: base + ".allocs-end.pprof"}
 	go func() {
 		defer close(s.done)
 		s.err = schedulerapp.Run(ctx, "--config="+configFile, "--secure-port=0")
@@ -205,12 +213,28 @@ func (s *inProcessScheduler) stop() time.Duration {
 	cpu := selfCPU() - s.cpuStart
 	pprof.StopCPUProfile()
 	_ = s.profile.Close()
+	if err := writeAllocs(s.allocsEnd); err != nil {
+		logf("writing the allocation profile: %v", err)
+	}
 	s.cancel()
 	<-s.done
 	if s.err != nil {
 		logf("the in-process scheduler: %v", s.err)
 	}
 	return cpu
+}
+
+// writeAllocs writes the process's allocation profile (every allocation since it started) to file.
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // selfCPU is the CPU time this process has used.

@@ -24,7 +24,8 @@
 // of the medians and the median of the ratios round by round (each round's pair ran back to back).
 //
 // With -cpuprofile DIR the scheduler runs inside this process instead (cmd/scheduler/app.Run) and
-// a CPU profile of each round is written into DIR; the CPU column then counts the whole process.
+// a CPU profile of each round, and the allocation profile at its start and end, are written into
+// DIR; the CPU column then counts the whole process.
 //
 // Usage, from the module root after `make control-plane`:
 //
