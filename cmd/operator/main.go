@@ -167,6 +167,7 @@ func run(opts options) error {
 		PipelineConcurrency:  opts.pipelineConcurrency,
 		DeadEndGrace:         opts.deadEndGrace,
 		CustomMetrics:        customMetrics,
+		Namespaces:           slices.Collect(maps.Keys(cacheOpts.DefaultNamespaces)),
 	})
 	if err != nil {
 		return err

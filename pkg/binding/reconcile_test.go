@@ -133,9 +133,8 @@ func (w *world) service(t *testing.T, name string) *corev1.Service {
 	return svc
 }
 
-// addSlice creates an EndpointSlice owned by the Service of that UID that lists the Pod as ready,
-// without labels (the operator's cache drops them), and tells the controller's slice map of it as
-// the informer would.
+// addSlice gives the controller's EndpointSlice records, as its reflector would, a slice owned by
+// the Service of that UID that lists the Pod as ready.
 func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UID) {
 	t.Helper()
 	slice := &discoveryv1.EndpointSlice{
@@ -144,10 +143,9 @@ func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UI
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(pod + "-uid")}}},
 	}
-	if err := w.api.Create(context.Background(), slice); err != nil {
+	if err := newSliceStore(&w.r.endpoints, "", func(types.NamespacedName) {}).Add(slice); err != nil {
 		t.Fatal(err)
 	}
-	w.r.slices.add(types.NamespacedName{Namespace: "ns", Name: service}, name)
 }
 
 // drainEvents returns the Events recorded so far.

@@ -35,6 +35,8 @@ type Options struct {
 	// CustomMetrics, when set, serves custom.metrics.k8s.io from the pipelines' allocator, on every
 	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_utilization.
 	CustomMetrics *custommetrics.ServerOptions
+	// Namespaces are the namespaces the manager's cache watches, all when empty.
+	Namespaces []string
 }
 
 // CacheOptions narrows the manager's cache to what the controllers read and strips managedFields
@@ -50,7 +52,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
-	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace})
+	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Namespaces: opts.Namespaces})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,9 @@ type SetupOptions struct {
 	// Client, when set, is the client every controller writes and reads through instead of the
 	// manager's (a test wraps it to count writes).
 	Client client.Client
+	// Namespaces are the namespaces the manager's cache watches, all when empty (the binding
+	// controller watches the EndpointSlices of those itself).
+	Namespaces []string
 }
 
 // Setup registers this package's cache indexes, the allocator's informer handlers and the
@@ -52,6 +55,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
 		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected,
+		Namespaces: opts.Namespaces,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
