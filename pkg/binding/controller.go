@@ -62,11 +62,12 @@ type Reconciler struct {
 	Expected *ExpectedServices
 
 	// Namespaces are the namespaces the manager's cache watches, all when empty: the controller
-	// lists and watches the EndpointSlices of those (endpointSource).
+	// lists and watches the Services and EndpointSlices of those itself (recordSource).
 	Namespaces []string
 
 	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
 	pace            conveyorstatus.Pace
+	services        serviceRecords
 	endpoints       endpointRecords
 }
 
@@ -87,7 +88,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.DeadEndGrace == 0 {
 		r.DeadEndGrace = DefaultDeadEndGrace
 	}
-	listWatch, err := newEndpointListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	services, err := newServiceListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	slices, err := newEndpointListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return err
 	}
@@ -95,9 +100,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("pipelinebinding").
 		// The binding's own status patches trigger nothing: only a new spec, a create or a delete.
 		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToBinding)).
+		WatchesRawSource(&recordSource{kind: "services", object: &corev1.Service{}, namespaces: r.Namespaces, listWatch: services,
+			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+				return newServiceStore(&r.services, ns, enqueue)
+			}}).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToBindings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(&endpointSource{records: &r.endpoints, namespaces: r.Namespaces, listWatch: listWatch}).
+		WatchesRawSource(&recordSource{kind: "endpointslices", object: &discoveryv1.EndpointSlice{}, namespaces: r.Namespaces, listWatch: slices,
+			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+				return newSliceStore(&r.endpoints, ns, enqueue)
+			}}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)

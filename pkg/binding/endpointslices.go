@@ -1,7 +1,6 @@
 package binding
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,27 +9,16 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	discoveryclient "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
-
-	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
 // The binding controller reads of an EndpointSlice only which Service it belongs to and which Pods
-// it lists ready, so it does not keep slices in the manager's cache: a decoded EndpointSlice is
-// about 850 bytes even trimmed, and the informer's store and namespace index add to each. A
-// reflector of its own (endpointSource) lists and watches the pipelines' slices and hands every
-// one to endpointRecords, which keeps a compact record per slice (sliceRecord, about a third of the
-// size) and drops the object. Its events enqueue the slice's Service's binding, which has the
-// Service's name, after the record is updated, so a reconcile never runs on an event the records
-// have not seen.
+// it lists ready (records.go says why it keeps records, not objects). A change of a slice's record
+// enqueues its Service's binding, which has the Service's name.
 
 // SliceService is the Service an EndpointSlice belongs to: its controlling owner, when that is a
 // core Service (the EndpointSlice controller makes each slice's Service its controller, and names
@@ -176,15 +164,13 @@ type sliceStore struct {
 	records   *endpointRecords
 	namespace string
 	enqueue   func(types.NamespacedName)
-
-	once   sync.Once
-	synced chan struct{} // closed by the first Replace: the records hold the whole list
+	listOnce
 }
 
-var _ toolscache.ReflectorStore = &sliceStore{}
+var _ recordStore = &sliceStore{}
 
 func newSliceStore(records *endpointRecords, namespace string, enqueue func(types.NamespacedName)) *sliceStore {
-	return &sliceStore{records: records, namespace: namespace, enqueue: enqueue, synced: make(chan struct{})}
+	return &sliceStore{records: records, namespace: namespace, enqueue: enqueue, listOnce: newListOnce()}
 }
 
 func (s *sliceStore) apply(key types.NamespacedName, rec sliceRecord, ok bool) {
@@ -245,78 +231,21 @@ func (s *sliceStore) Replace(list []any, _ string) error {
 			s.apply(key, sliceRecord{}, false)
 		}
 	}
-	s.once.Do(func() { close(s.synced) })
+	s.done()
 	return nil
 }
 
 func (s *sliceStore) Resync() error { return nil }
 
-// endpointSource is the binding controller's source of EndpointSlice events: a reflector per
-// watched namespace (one for all when none is named) over the slices of pipelines (those with the
-// pipeline label, which the EndpointSlice controller copies from the Service), decoded from
-// protobuf, each feeding endpointRecords through a sliceStore. The controller starts its workers
-// once every reflector has listed (WaitForSync).
-type endpointSource struct {
-	records    *endpointRecords
-	namespaces []string
-	listWatch  func(namespace string) toolscache.ListerWatcher
-
-	mu     sync.Mutex
-	stores []*sliceStore
-}
-
-var _ source.SyncingSource = &endpointSource{}
-
 // newEndpointListWatch lists and watches the pipelines' EndpointSlices of a namespace (all when
-// empty) with cfg and its HTTP client, in protobuf.
+// empty), those with the pipeline label (the EndpointSlice controller copies a Service's labels to
+// its slices), with cfg and its HTTP client, in protobuf.
 func newEndpointListWatch(cfg *rest.Config, httpClient *http.Client) (func(namespace string) toolscache.ListerWatcher, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	c, err := discoveryclient.NewForConfigAndClient(cfg, httpClient)
+	c, err := discoveryclient.NewForConfigAndClient(protobufConfig(cfg), httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint slice client: %w", err)
 	}
 	return func(namespace string) toolscache.ListerWatcher {
-		return toolscache.NewFilteredListWatchFromClient(c.RESTClient(), "endpointslices", namespace, func(o *metav1.ListOptions) {
-			o.LabelSelector = schedulingv1alpha1.PipelineLabel // the label exists
-		})
+		return toolscache.NewFilteredListWatchFromClient(c.RESTClient(), "endpointslices", namespace, pipelineObjects)
 	}, nil
-}
-
-func (s *endpointSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	namespaces := s.namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	enqueue := func(svc types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: svc}) }
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ns := range namespaces {
-		store := newSliceStore(s.records, ns, enqueue)
-		s.stores = append(s.stores, store)
-		r := toolscache.NewReflectorWithOptions(s.listWatch(ns), &discoveryv1.EndpointSlice{}, store,
-			toolscache.ReflectorOptions{Name: "pipelinebinding endpointslices " + ns})
-		go r.RunWithContext(ctx)
-	}
-	return nil
-}
-
-// WaitForSync returns once every reflector has listed its slices.
-func (s *endpointSource) WaitForSync(ctx context.Context) error {
-	s.mu.Lock()
-	stores := slices.Clone(s.stores)
-	s.mu.Unlock()
-	for _, st := range stores {
-		select {
-		case <-st.synced:
-		case <-ctx.Done():
-			return fmt.Errorf("endpoint slices of %q not listed: %w", st.namespace, ctx.Err())
-		}
-	}
-	return nil
-}
-
-func (s *endpointSource) String() string {
-	return fmt.Sprintf("endpointslices of pipelines in %v", s.namespaces)
 }

@@ -187,13 +187,7 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 		}
 		wc = nil
 	}
-	cur := &corev1.Service{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(b), cur); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return serviceState{}, fmt.Errorf("get service %s: %w", b.Name, err)
-		}
-		cur = nil
-	}
+	cur := r.services.get(b.Namespace, b.Name) // a copy of the record's fields
 	if cur != nil {
 		r.Expected.Forget(client.ObjectKeyFromObject(b))
 	} else if wait := r.Expected.Wait(client.ObjectKeyFromObject(b)); wait > 0 {
@@ -440,12 +434,6 @@ func StageState(b *schedulingv1alpha1.PipelineBinding) string {
 		return phase + ": " + p
 	}
 	return phase
-}
-
-// serviceToBinding: a binding's Service has the binding's name. Every Service maps, owned or not,
-// so that removing a Service in a binding's way brings the binding back.
-func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 }
 
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.

@@ -37,9 +37,10 @@ type noClassBindings struct{}
 
 func (noClassBindings) BindingsOfClass(string, string) []string { return nil }
 
-// The binding controller keeps no EndpointSlice in the manager's cache: its own reflector lists and
-// watches the pipelines' slices of the watched namespaces and keeps a record of each.
-func TestControllerReadsSlicesPastTheCache(t *testing.T) {
+// The binding controller keeps no Service and no EndpointSlice in the manager's cache: its own
+// reflectors list and watch the pipelines' Services and slices of the watched namespaces and keep a
+// record of each.
+func TestControllerRecordsServicesAndSlicesPastTheCache(t *testing.T) {
 	testenv.NeedEnv(t, envCfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -66,6 +67,16 @@ func TestControllerReadsSlicesPastTheCache(t *testing.T) {
 	slice(ns, "p-a-1", pipeline, "green-0") // before the controller starts: its first list
 	slice(ns, "unlabelled", nil, "green-9")
 	slice(other, "p-a-1", pipeline, "green-8")
+	service := func(name string, labels map[string]string) {
+		t.Helper()
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		if err := api.Create(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	service("p-a", pipeline)
+	service("unlabelled", nil)
 
 	mgr, err := ctrl.NewManager(envCfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: opcache.Options(cache.Options{ReaderFailOnMissingInformer: true, DefaultNamespaces: map[string]cache.Config{ns: {}}})})
@@ -108,12 +119,30 @@ func TestControllerReadsSlicesPastTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, "a deleted slice is forgotten", ready("green-1"), testenv.Every(50*time.Millisecond))
+	testenv.Eventually(t, "the pipeline's Service is recorded", func() error {
+		if svc := r.services.get(ns, "p-a"); svc == nil || !IsHeadless(svc) || svc.UID == "" {
+			return fmt.Errorf("Service p-a as recorded: %v", svc)
+		}
+		return nil
+	})
+	if svc := r.services.get(ns, "unlabelled"); svc != nil {
+		t.Errorf("a Service without the pipeline label is recorded: %v", svc)
+	}
+	service("p-b", pipeline)
+	testenv.Eventually(t, "a Service made later is recorded", func() error {
+		if r.services.get(ns, "p-b") == nil {
+			return errors.New("no record of Service p-b")
+		}
+		return nil
+	})
 	if got := r.endpoints.sliceNames(other, "p-a"); len(got) != 0 {
 		t.Errorf("the slices of a namespace the operator does not watch are recorded: %v", got)
 	}
 
-	var notCached *cache.ErrResourceNotCached
-	if err := mgr.GetCache().List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns)); !errors.As(err, &notCached) {
-		t.Errorf("the manager's cache holds EndpointSlices (List: %v); the binding controller should keep only its records", err)
+	for _, list := range []client.ObjectList{&discoveryv1.EndpointSliceList{}, &corev1.ServiceList{}} {
+		var notCached *cache.ErrResourceNotCached
+		if err := mgr.GetCache().List(ctx, list, client.InNamespace(ns)); !errors.As(err, &notCached) {
+			t.Errorf("the manager's cache holds %T (List: %v); the binding controller should keep only its records", list, err)
+		}
 	}
 }
