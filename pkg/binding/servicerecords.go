@@ -26,8 +26,10 @@ import (
 // and the type, clusterIP, selector and ports of its spec. Other labels, annotations and the status
 // are not kept: the controller never reads them, and its patches touch only the fields it sets.
 type serviceRecord struct {
-	uid     types.UID
-	created time.Time
+	uid types.UID
+	// created is the creation time in nanoseconds since the epoch: a time.Time is three times the
+	// size.
+	created int64
 	// controller is the Service's controlling owner (kind, name and UID), empty without one.
 	controllerKind, controllerName string
 	controllerUID                  types.UID
@@ -44,7 +46,7 @@ type serviceRecord struct {
 
 func serviceRecordOf(svc *corev1.Service) serviceRecord {
 	rec := serviceRecord{
-		uid: svc.UID, created: svc.CreationTimestamp.Time,
+		uid: svc.UID, created: svc.CreationTimestamp.UnixNano(),
 		pipeline: svc.Labels[schedulingv1alpha1.PipelineLabel], stage: opcache.Intern(svc.Labels[schedulingv1alpha1.StageLabel]),
 		typ: corev1.ServiceType(opcache.Intern(string(svc.Spec.Type))), clusterIP: svc.Spec.ClusterIP,
 		ports: opcache.SharePorts(svc.Spec.Ports),
@@ -70,7 +72,7 @@ func serviceRecordOf(svc *corev1.Service) serviceRecord {
 // (serviceRecordOf); a fresh object the caller may modify.
 func (r serviceRecord) service(namespace, name string) *corev1.Service {
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: r.uid, CreationTimestamp: metav1.Time{Time: r.created}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: r.uid, CreationTimestamp: metav1.Time{Time: time.Unix(0, r.created)}},
 		Spec:       corev1.ServiceSpec{Type: r.typ, ClusterIP: r.clusterIP, Selector: maps.Clone(r.selector)},
 	}
 	if len(r.ports) > 0 {
@@ -100,7 +102,7 @@ func (r serviceRecord) service(namespace, name string) *corev1.Service {
 }
 
 func (r serviceRecord) equal(o serviceRecord) bool {
-	return r.uid == o.uid && r.created.Equal(o.created) && r.controllerKind == o.controllerKind && r.controllerName == o.controllerName &&
+	return r.uid == o.uid && r.created == o.created && r.controllerKind == o.controllerKind && r.controllerName == o.controllerName &&
 		r.controllerUID == o.controllerUID && r.pipeline == o.pipeline && r.stage == o.stage && r.typ == o.typ && r.clusterIP == o.clusterIP &&
 		r.selectorPod == o.selectorPod && maps.Equal(r.selector, o.selector) && apiequality.Semantic.DeepEqual(r.ports, o.ports)
 }
