@@ -51,7 +51,7 @@ type Reconciler struct {
 	// DeadEndGrace is how long a bound Pod may be not Ready before the binding is DeadEnd.
 	DeadEndGrace time.Duration
 	Now          func() time.Time
-	// APIReader reads past the cache: the cache holds only pipelines' Services, so a Service in the
+	// APIReader reads past the Service records: they hold only pipelines' Services, so a Service in the
 	// way of a binding is found with one read when its create reports AlreadyExists.
 	APIReader client.Reader
 
