@@ -247,7 +247,7 @@ func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.Pip
 			return failed("created", err)
 		}
 		// A Service of this name exists that the records do not show: someone else's, or ours
-		// without the pipeline label the cache is filtered on. Only the API server can tell.
+		// without the pipeline label the records are filtered on. Only the API server can tell.
 		live, readErr := r.readLive(ctx, b)
 		switch {
 		case readErr != nil:
