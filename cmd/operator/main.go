@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -47,6 +48,8 @@ type options struct {
 	customMetricsAddress    string
 	customMetricsCertDir    string
 	memoryLimitRatio        float64
+	sharding                bool
+	shardID                 string
 }
 
 func main() {
@@ -68,6 +71,8 @@ func main() {
 	flag.StringVar(&opts.customMetricsCertDir, "custom-metrics-cert-dir", "", "Directory with tls.crt and tls.key for the custom metrics API; empty generates a self-signed pair (tests only).")
 	flag.DurationVar(&opts.deadEndGrace, "deadend-grace", binding.DefaultDeadEndGrace, "How long a bound worker Pod may be not Ready before its binding is DeadEnd.")
 	flag.Float64Var(&opts.memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit of the Go runtime as a fraction of the container's memory limit (cgroup), unless GOMEMLIMIT is set; 0 disables it.")
+	flag.BoolVar(&opts.sharding, "sharding", false, "Run as one of several active replicas: namespaces are spread over the replicas through Leases in the leader election namespace, and each replica watches and writes only its own (docs/sharding.md). Turns leader election off.")
+	flag.StringVar(&opts.shardID, "shard-id", defaultShardID(), "Name of this replica among the sharded ones, unique among them (default: $POD_NAME, else the host name).")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	logConfig := textlogger.NewConfig()
 	logConfig.AddFlags(klogFlags)
@@ -111,6 +116,16 @@ func run(opts options) error {
 		cfg.QPS = -1 // client-go: no rate limiter
 	}
 
+	var sharding *shardSetup
+	if opts.sharding {
+		if opts.namespaces != "" {
+			return errors.New("--sharding and --namespaces do not go together: the replicas share out every namespace")
+		}
+		if sharding, err = newShardSetup(cfg, opts); err != nil {
+			return err
+		}
+		opts.leaderElect = false
+	}
 	if opts.leaderElect {
 		// Only the Lease's holder writes: a replica paused past its lease resumes fenced, and its
 		// elector then stops it (operator.LeaseFence).
@@ -131,7 +146,7 @@ func run(opts options) error {
 	if opts.secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(cfg, operator.ManagerOptions(ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOpts,
 		Metrics:                       metricsOpts,
@@ -144,9 +159,19 @@ func run(opts options) error {
 		LeaseDuration:                 ptr.To(operator.LeaseDuration),
 		RenewDeadline:                 ptr.To(operator.RenewDeadline),
 		RetryPeriod:                   ptr.To(operator.RetryPeriod),
-	}))
+	}
+	if sharding != nil {
+		sharding.managerOptions(&mgrOpts)
+	}
+	mgr, err := ctrl.NewManager(cfg, operator.ManagerOptions(mgrOpts))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	var shardOpts *operator.ShardOptions
+	if sharding != nil {
+		if shardOpts, err = sharding.options(); err != nil {
+			return err
+		}
 	}
 	var customMetrics *custommetrics.ServerOptions
 	if opts.customMetricsPort != 0 {
@@ -168,6 +193,7 @@ func run(opts options) error {
 		DeadEndGrace:         opts.deadEndGrace,
 		CustomMetrics:        customMetrics,
 		Namespaces:           slices.Collect(maps.Keys(cacheOpts.DefaultNamespaces)),
+		Sharding:             shardOpts,
 	})
 	if err != nil {
 		return err
@@ -178,6 +204,6 @@ func run(opts options) error {
 	if err := mgr.AddReadyzCheck("readyz", gate.Check); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect)
+	ctrl.Log.Info("Starting operator", "namespaces", opts.namespaces, "leaderElection", opts.leaderElect, "sharding", opts.sharding, "shardID", opts.shardID)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -46,6 +46,9 @@ const DefaultDeadEndGrace = 5 * time.Second
 // derives the binding's phase from that Service's EndpointSlices and the Pod.
 type Reconciler struct {
 	client.Client
+	// Gate, when set, wraps the reconciler the controller runs: the sharded operator skips the
+	// namespaces this replica does not own.
+	Gate                    func(reconcile.Reconciler) reconcile.Reconciler
 	Recorder                events.EventRecorder
 	MaxConcurrentReconciles int
 	// DeadEndGrace is how long a bound Pod may be not Ready before the binding is DeadEnd.
@@ -111,7 +114,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Complete(r)
+		Complete(withGate(r, r.Gate))
 }
 
 // podToBindings: the bindings on a Pod, or still served by it.
@@ -379,4 +382,12 @@ func PhaseOr(p schedulingv1alpha1.BindingPhase, def string) string {
 // The Pipeline controller's simulated world computes binding phases with it.
 func StatusWithService(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready map[string]types.UID, now time.Time, grace time.Duration) (schedulingv1alpha1.PipelineBindingStatus, time.Duration) {
 	return bindingStatus(b, pod, ready, serviceState{}, now, grace)
+}
+
+// withGate is r wrapped by gate, or r when gate is nil.
+func withGate(r reconcile.Reconciler, gate func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {
+	if gate == nil {
+		return r
+	}
+	return gate(r)
 }

@@ -37,6 +37,9 @@ import (
 // flight, in one patch locked to the Pod version whose mark it saw.
 type HoldReconciler struct {
 	client.Client
+	// Gate, when set, wraps the reconciler the controller runs: the sharded operator skips the
+	// namespaces this replica does not own.
+	Gate func(reconcile.Reconciler) reconcile.Reconciler
 	// Allocator is the placement of this process. Without one (no Pipeline controller places in
 	// this process) a mark is acknowledged on the cached bindings alone.
 	Allocator Drains
@@ -66,7 +69,7 @@ func (r *HoldReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("workerhold").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Or(workerPodPredicate(), preparing))).
 		Watches(&schedulingv1alpha1.PipelineBinding{}, handler.EnqueueRequestsFromMapFunc(bindingToPods)).
-		Complete(r)
+		Complete(withGate(r, r.Gate))
 }
 
 // bindingToPods: the Pods a binding holds, now and before (the old object of an update is not

@@ -54,8 +54,12 @@ type Provider struct {
 	// namespace belongs to another release's operator, which writes its numbers into the class's
 	// status: the provider answers from that status, read with APIReader (nil: it does not answer).
 	Namespaces []string
-	APIReader  client.Reader
-	Now        func() time.Time
+	// Watches, when set, replaces Namespaces: it says whether the allocator counts the namespace
+	// now. The sharded operator's replicas each count only the namespaces they own, which change
+	// as buckets move; the others are answered from the class's status as above.
+	Watches   func(namespace string) bool
+	APIReader client.Reader
+	Now       func() time.Time
 }
 
 var _ provider.CustomMetricsProvider = &Provider{}
@@ -77,6 +81,9 @@ func notSynced(metric string) error {
 
 // watches says the namespace is one this operator's allocator counts.
 func (p *Provider) watches(namespace string) bool {
+	if p.Watches != nil {
+		return p.Watches(namespace)
+	}
 	return len(p.Namespaces) == 0 || slices.Contains(p.Namespaces, namespace)
 }
 

@@ -187,3 +187,28 @@ func TestProviderOtherReleasesClasses(t *testing.T) {
 		t.Errorf("by selector: %+v, want only green at 30", list.Items)
 	}
 }
+
+// TestProviderWatchesChanges: with Watches set (the sharded operator), a namespace is answered
+// from the allocator while this replica owns it and from the class's status once it does not.
+func TestProviderWatchesChanges(t *testing.T) {
+	wc := fixtures.MakeWorkerClass("ns", "green").Capacity(10).Status(2, 20, 5).Obj()
+	wc.Generation, wc.Status.ObservedGeneration = 1, 1
+	api := fake.NewClientBuilder().WithScheme(testenv.Scheme()).WithObjects(wc).Build()
+	owned := true
+	p := &Provider{APIReader: api, Watches: func(string) bool { return owned },
+		Loads: staticLoads{"green": {Class: "green", Capacity: 10, Workers: 2, Requested: 8, Allocated: 8}}}
+	info := provider.CustomMetricInfo{GroupResource: workerClasses, Namespaced: true, Metric: MetricRequest}
+	for _, tt := range []struct {
+		owned bool
+		want  int64
+	}{{true, 8}, {false, 20}, {true, 8}} {
+		owned = tt.owned
+		v, err := p.GetMetricByName(context.Background(), types.NamespacedName{Namespace: "ns", Name: "green"}, info, labels.Everything())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Value.Value() != tt.want {
+			t.Errorf("owned %v: %s = %d, want %d", tt.owned, MetricRequest, v.Value.Value(), tt.want)
+		}
+	}
+}

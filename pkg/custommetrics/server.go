@@ -25,7 +25,10 @@ type ServerOptions struct {
 	// Namespaces are the namespaces the operator watches (empty: all). The WorkerClasses of other
 	// namespaces are answered from their status, read with APIReader (nil: not answered).
 	Namespaces []string
-	APIReader  client.Reader
+	// Watches, when set, replaces Namespaces with a question asked on each request (the sharded
+	// operator: the namespaces this replica owns now).
+	Watches   func(namespace string) bool
+	APIReader client.Reader
 }
 
 // Server is the custom metrics API server as a controller-runtime Runnable that runs on every
@@ -56,7 +59,7 @@ func NewServer(opts ServerOptions, reader client.Reader, loads LoadSource) (*Ser
 		RemoteKubeConfigFile:              opts.Kubeconfig,
 		FlagSet:                           pflag.NewFlagSet("custom-metrics", pflag.ContinueOnError),
 	}
-	a.WithCustomMetrics(&Provider{Reader: reader, Loads: loads, Namespaces: opts.Namespaces, APIReader: opts.APIReader})
+	a.WithCustomMetrics(&Provider{Reader: reader, Loads: loads, Namespaces: opts.Namespaces, Watches: opts.Watches, APIReader: opts.APIReader})
 	if _, err := a.Server(); err != nil {
 		return nil, fmt.Errorf("build custom metrics server: %w", err)
 	}

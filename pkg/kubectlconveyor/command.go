@@ -44,7 +44,8 @@ func NewCommand(o Options) *cobra.Command {
 
   kubectl conveyor get                      the classes, pipelines, bindings, Services and autoscalers
   kubectl conveyor describe pipeline NAME   one pipeline's stage DAG, its workers and its repair history
-  kubectl conveyor top classes              each class's capacity against its load, and each worker's use`,
+  kubectl conveyor top classes              each class's capacity against its load, and each worker's use
+  kubectl conveyor shards                   which operator replica owns which namespace (-n: the operator's namespace)`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl conveyor"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -53,7 +54,7 @@ func NewCommand(o Options) *cobra.Command {
 	root.SetOut(o.Out)
 	root.SetErr(o.ErrOut)
 	o.ConfigFlags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newGetCommand(&o), newDescribeCommand(&o), newTopCommand(&o))
+	root.AddCommand(newGetCommand(&o), newDescribeCommand(&o), newTopCommand(&o), newShardsCommand(&o))
 	return root
 }
 

@@ -38,7 +38,14 @@ var (
 // same numbers, and a scrape costs the number of classes and phases, not of pipelines.
 type Collector struct {
 	Allocator Counters
+	// Owns, when set, says which namespaces this replica reports: the sharded operator's replicas
+	// each report only the namespaces they own, so a namespace's series come from one replica, the
+	// one whose numbers are current.
+	Owns func(namespace string) bool
 }
+
+// reports says the collector serves the namespace's series.
+func (c *Collector) reports(namespace string) bool { return c.Owns == nil || c.Owns(namespace) }
 
 // PhaseCounts is how many Pipelines and bindings of a namespace are in each phase, and how many
 // Pipelines are not schedulable, by the reason of their Schedulable condition.
@@ -76,6 +83,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(syncedDesc, prometheus.GaugeValue, 1)
 	for ns, byClass := range c.Allocator.AllClassLoads() {
+		if !c.reports(ns) {
+			continue
+		}
 		for name, l := range byClass {
 			ch <- prometheus.MustNewConstMetric(requestedDesc, prometheus.GaugeValue, float64(l.Requested), name, ns)
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(l.Capacity)*float64(l.Workers), name, ns)
@@ -86,6 +96,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for ns, counts := range c.Allocator.Phases() {
+		if !c.reports(ns) {
+			continue
+		}
 		for phase, n := range counts.Pipelines {
 			ch <- prometheus.MustNewConstMetric(pipelinesDesc, prometheus.GaugeValue, float64(n), ns, phase)
 		}

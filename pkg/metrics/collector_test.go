@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -193,5 +194,52 @@ func TestCollectorBeforeTheAllocatorSynced(t *testing.T) {
 		if diff := metricstest.Diff(got, want); diff != "" {
 			t.Errorf("synced %v: %s", synced, diff)
 		}
+	}
+}
+
+// TestCollectorOnlyOwnedNamespaces: a sharded replica serves the series of the namespaces it owns
+// and none of the others', whose numbers another replica holds.
+func TestCollectorOnlyOwnedNamespaces(t *testing.T) {
+	a := pipeline.NewAllocator(nil)
+	for _, ns := range []string{"mine", "theirs"} {
+		a.OnWorkerClass(fixtures.MakeWorkerClass(ns, "green").Capacity(10).Obj(), false)
+		a.OnPod(fixtures.ReadyWorkerPod(ns, "green", 0), false)
+		pl := fixtures.MakePipeline(ns, "p").Load(5).Stage("s0", "green").Obj()
+		pl.UID = "uid-" + types.UID(ns)
+		a.OnPipeline(pl, false)
+	}
+	tests := []struct {
+		name string
+		owns func(string) bool
+		want []string
+	}{
+		{"not sharded", nil, []string{"mine", "theirs"}},
+		{"owns one", func(ns string) bool { return ns == "mine" }, []string{"mine"}},
+		{"owns none", func(string) bool { return false }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(&metrics.Collector{Allocator: a, Owns: tt.owns})
+			families, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "workerclass_namespace" || l.GetName() == "pipeline_namespace" {
+							seen[l.GetValue()] = true
+						}
+					}
+				}
+			}
+			for _, ns := range []string{"mine", "theirs"} {
+				if want := slices.Contains(tt.want, ns); seen[ns] != want {
+					t.Errorf("series of namespace %s served: %v, want %v", ns, seen[ns], want)
+				}
+			}
+		})
 	}
 }

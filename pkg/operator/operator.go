@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/conveyor-dev/conveyor/pkg/custommetrics"
 	conveyormetrics "github.com/conveyor-dev/conveyor/pkg/metrics"
@@ -37,6 +38,10 @@ type Options struct {
 	CustomMetrics *custommetrics.ServerOptions
 	// Namespaces are the namespaces the manager's cache watches, all when empty.
 	Namespaces []string
+	// Sharding, when set, makes this replica one of several active ones (docs/sharding.md): it works
+	// only in the namespaces of the buckets it owns. The manager must run without leader election,
+	// with Sharding.Cache as its cache and Sharding.Fence on its client's transport.
+	Sharding *ShardOptions
 }
 
 // CacheOptions narrows the manager's cache to what the controllers read and strips managedFields
@@ -45,19 +50,44 @@ func CacheOptions(base cache.Options) cache.Options { return opcache.Options(bas
 
 // Setup registers every controller with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	var sharder *Sharder
+	var gate func(reconcile.Reconciler) reconcile.Reconciler
+	if opts.Sharding != nil {
+		var err error
+		if sharder, err = NewSharder(*opts.Sharding); err != nil {
+			return err
+		}
+		gate = sharder.Gate
+	}
 	if err := (&workerset.Reconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorder("workerset-controller"),
 		MaxConcurrentReconciles: opts.WorkerSetConcurrency,
+		Gate:                    gate,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
-	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Namespaces: opts.Namespaces})
+	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Gate: gate, Namespaces: opts.Namespaces})
 	if err != nil {
 		return err
 	}
+	var owns func(namespace string) bool
+	if sharder != nil {
+		sharder.SetAllocator(alloc)
+		owns = sharder.Owns
+		if f := opts.Sharding.Fence; f != nil {
+			f.SetCheck(sharder.Replica().Check)
+		}
+		if err := mgr.Add(sharder); err != nil {
+			return fmt.Errorf("add the shard replica: %w", err)
+		}
+	}
 	if opts.CustomMetrics != nil {
-		server, err := custommetrics.NewServer(*opts.CustomMetrics, mgr.GetCache(), alloc)
+		cm := *opts.CustomMetrics
+		if owns != nil {
+			cm.Watches = owns
+		}
+		server, err := custommetrics.NewServer(cm, mgr.GetCache(), alloc)
 		if err != nil {
 			return err
 		}
@@ -68,5 +98,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.SkipMetrics {
 		return nil
 	}
-	return metrics.Registry.Register(&conveyormetrics.Collector{Allocator: alloc})
+	return metrics.Registry.Register(&conveyormetrics.Collector{Allocator: alloc, Owns: owns})
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,12 @@ type Allocator struct {
 	namespaces map[string]*nsState
 	// dropped are the namespaces given up (DropNamespace) whose events are ignored.
 	dropped map[string]bool
+	// held are the namespaces where Place reserves nothing (HoldPlacements, in shard.go); anyHeld
+	// says whether there ever were any, so Place reads held only then.
+	held    map[string]bool
+	anyHeld atomic.Bool
+	// perNamespace: Synced ignores the informers' start-up lists (SyncedPerNamespace, in shard.go).
+	perNamespace bool
 
 	// synced say whether each feeding handler has seen its informer's initial list.
 	synced []func() bool
@@ -236,6 +243,7 @@ func (a *Allocator) AdmitNamespace(namespace string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.dropped, namespace)
+	delete(a.held, namespace)
 }
 
 func (a *Allocator) isDropped(namespace string) bool {
@@ -312,6 +320,9 @@ func (a *Allocator) addSynced(f func() bool) {
 func (a *Allocator) Synced() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.perNamespace {
+		return true
+	}
 	for _, f := range a.synced {
 		if !f() {
 			return false

@@ -46,6 +46,9 @@ const (
 // (status.go) derives the status, written once.
 type Reconciler struct {
 	client.Client
+	// Gate, when set, wraps the reconciler the controller runs: the sharded operator skips the
+	// namespaces this replica does not own.
+	Gate                    func(reconcile.Reconciler) reconcile.Reconciler
 	Recorder                events.EventRecorder
 	MaxConcurrentReconciles int
 	// Allocator holds the capacity accounting; it must be fed by RegisterAllocator.
@@ -93,7 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToPipelines), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(r.allocatorSource()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Complete(r)
+		Complete(withGate(r, r.Gate))
 }
 
 // allocatorSource hands the controller's queue to the allocator's wake hook.
@@ -433,4 +436,12 @@ func (r *Reconciler) recordTransition(ctx context.Context, pl *schedulingv1alpha
 			r.Recorder.Eventf(pl, nil, corev1.EventTypeWarning, schedulingv1alpha1.EventWaitingForCapacity, "Place", "%s", c.Message)
 		}
 	}
+}
+
+// withGate is r wrapped by gate, or r when gate is nil.
+func withGate(r reconcile.Reconciler, gate func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {
+	if gate == nil {
+		return r
+	}
+	return gate(r)
 }

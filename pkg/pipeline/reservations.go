@@ -87,6 +87,9 @@ func (a *Allocator) Place(pl *schedulingv1alpha1.Pipeline, stages []StageRequest
 	}
 	var fx effects
 	defer a.unlock(s, &fx)
+	if a.placementsHeld(namespace) {
+		return Placement{Unknown: true} // the namespace is moving to another replica
+	}
 	if p := s.pipelines[pipeline]; p == nil || (pl.UID != "" && p.uid != "" && p.uid != pl.UID) {
 		return Placement{Unknown: true}
 	}

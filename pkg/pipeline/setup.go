@@ -7,6 +7,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/pkg/workerclass"
@@ -25,6 +26,8 @@ type SetupOptions struct {
 	// Namespaces are the namespaces the manager's cache watches, all when empty (the binding
 	// controller watches the EndpointSlices of those itself).
 	Namespaces []string
+	// Gate, when set, wraps every controller's reconciler (the sharded operator's ownership gate).
+	Gate func(reconcile.Reconciler) reconcile.Reconciler
 }
 
 // Setup registers this package's cache indexes, the allocator's informer handlers and the
@@ -48,21 +51,21 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	expected := binding.NewExpectedServices(nil)
 	if err := (&Reconciler{
 		Client: c, Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.Concurrency,
-		Allocator: alloc, APIReader: mgr.GetAPIReader(), ExpectedServices: expected,
+		Allocator: alloc, APIReader: mgr.GetAPIReader(), ExpectedServices: expected, Gate: opts.Gate,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipeline controller: %w", err)
 	}
 	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
-		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected,
+		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected, Gate: opts.Gate,
 		Namespaces: opts.Namespaces,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
-	if err := (&workerclass.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&workerclass.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Allocator: alloc, Gate: opts.Gate}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up workerclass controller: %w", err)
 	}
-	if err := (&binding.HoldReconciler{Client: c, Allocator: alloc}).SetupWithManager(mgr); err != nil {
+	if err := (&binding.HoldReconciler{Client: c, Allocator: alloc, Gate: opts.Gate}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up worker hold controller: %w", err)
 	}
 	return alloc, nil

@@ -111,3 +111,20 @@ func parseWeights(s string) map[int]int {
 	}
 	return w
 }
+
+// ReplicaOf returns the replica id of a holder identity ("<id>_<nonce>", one run of the replica).
+func ReplicaOf(holder string) string { return replicaOf(holder) }
+
+// BucketOfLease returns the bucket a bucket Lease stands for, from its name; false when the name
+// is not a bucket Lease's.
+func BucketOfLease(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, BucketLeasePrefix)
+	if !ok || len(rest) != 2 {
+		return 0, false
+	}
+	b, err := strconv.Atoi(rest)
+	if err != nil || b < 0 || b >= Buckets {
+		return 0, false
+	}
+	return b, true
+}

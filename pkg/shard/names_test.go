@@ -66,3 +66,28 @@ func TestWeightsAnnotation(t *testing.T) {
 		t.Errorf("malformed pairs kept (-want +got):\n%s", diff)
 	}
 }
+
+func TestBucketOfLease(t *testing.T) {
+	tests := []struct {
+		name string
+		want int
+		ok   bool
+	}{
+		{BucketLeaseName(0), 0, true},
+		{BucketLeaseName(63), 63, true},
+		{"conveyor-bucket-64", 0, false},
+		{"conveyor-bucket-7", 0, false},
+		{"conveyor-bucket-x1", 0, false},
+		{MemberLeaseName("a"), 0, false},
+		{RingLease, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := BucketOfLease(tt.name)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("BucketOfLease(%q) = %d, %v; want %d, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+	if got := ReplicaOf(incarnation("r7", "0a1b")); got != "r7" {
+		t.Errorf("ReplicaOf = %q", got)
+	}
+}

@@ -42,6 +42,9 @@ const inTheWayRecheck = 15 * time.Second
 // StatusInterval while they change, and once more when they settle.
 type Reconciler struct {
 	client.Client
+	// Gate, when set, wraps the reconciler the controller runs: the sharded operator skips the
+	// namespaces this replica does not own.
+	Gate func(reconcile.Reconciler) reconcile.Reconciler
 	// APIReader reads past the cache, which holds only HPAs with the class label: an HPA in the
 	// way of the class's own, or one the class owns that has no label yet, is found through it.
 	APIReader client.Reader
@@ -90,7 +93,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.Allocator.SetHooks(nil, r.classChanged(q))
 			return nil
 		})).
-		Complete(r)
+		Complete(withGate(r, r.Gate))
 }
 
 // classChanged is the allocator's hook for a class whose numbers changed: it queues the class's
@@ -250,4 +253,12 @@ type ClassLoad struct {
 	Allocated int64 // load bound to workers
 	// MaxWorkers is spec.autoscaling.maxReplicas, 0 when the class is not autoscaled.
 	MaxWorkers int32
+}
+
+// withGate is r wrapped by gate, or r when gate is nil.
+func withGate(r reconcile.Reconciler, gate func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {
+	if gate == nil {
+		return r
+	}
+	return gate(r)
 }

@@ -59,6 +59,9 @@ const (
 // Reconciler reconciles WorkerSets.
 type Reconciler struct {
 	client.Client
+	// Gate, when set, wraps the reconciler the controller runs: the sharded operator skips the
+	// namespaces this replica does not own.
+	Gate func(reconcile.Reconciler) reconcile.Reconciler
 	// APIReader reads past the cache: the cache holds only Pods with a WorkerSet's label and
 	// revisions with a set's label, so the object that holds a name a create found taken may be
 	// outside it. SetupWithManager uses the manager's when nil.
@@ -106,7 +109,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.ControllerRevision{}).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(claimToSet)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Complete(r)
+		Complete(withGate(r, r.Gate))
 }
 
 // init prepares the reconciler's clock, expectations and writer.
@@ -544,4 +547,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, status appsv1alp
 		r.pace.Wrote(s.key, r.Now())
 	}
 	return err
+}
+
+// withGate is r wrapped by gate, or r when gate is nil.
+func withGate(r reconcile.Reconciler, gate func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {
+	if gate == nil {
+		return r
+	}
+	return gate(r)
 }

@@ -60,6 +60,9 @@ type Write struct {
 	Namespace string
 	Name      string
 	Code      int
+	// Response is the object the API server answered with, when the audit policy logs it
+	// (level RequestResponse); empty otherwise.
+	Response json.RawMessage
 }
 
 func (w Write) String() string {
@@ -81,14 +84,28 @@ type auditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	Received time.Time `json:"requestReceivedTimestamp"`
-	Stage    time.Time `json:"stageTimestamp"`
-	StageID  string    `json:"stage"`
+	ResponseObject json.RawMessage `json:"responseObject"`
+	Received       time.Time       `json:"requestReceivedTimestamp"`
+	Stage          time.Time       `json:"stageTimestamp"`
+	StageID        string          `json:"stage"`
 }
 
 // ReadWrites reads the writes of the audit log whose client (the user agent's binary name) has
 // one of the given prefixes, sorted by the time they were received.
 func ReadWrites(path string, clientPrefixes ...string) ([]Write, error) {
+	return ReadAudit(path, func(w Write) bool {
+		for _, p := range clientPrefixes {
+			if strings.HasPrefix(w.Client, p) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// ReadAudit reads every completed write of the audit log that keep accepts, sorted by the time
+// the API server received it.
+func ReadAudit(path string, keep func(Write) bool) ([]Write, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -111,22 +128,17 @@ func ReadWrites(path string, clientPrefixes ...string) ([]Write, error) {
 			continue
 		}
 		name, _, _ := strings.Cut(ev.UserAgent, "/")
-		match := false
-		for _, p := range clientPrefixes {
-			match = match || strings.HasPrefix(name, p)
-		}
-		if !match {
-			continue
-		}
 		w := Write{Received: ev.Received, Done: ev.Stage, Client: name, UserAgent: ev.UserAgent, Verb: ev.Verb,
-			Resource: ev.ObjectRef.Resource, Namespace: ev.ObjectRef.Namespace, Name: ev.ObjectRef.Name}
+			Resource: ev.ObjectRef.Resource, Namespace: ev.ObjectRef.Namespace, Name: ev.ObjectRef.Name, Response: ev.ResponseObject}
 		if ev.ObjectRef.Subresource != "" {
 			w.Resource += "/" + ev.ObjectRef.Subresource
 		}
 		if ev.ResponseStatus != nil {
 			w.Code = ev.ResponseStatus.Code
 		}
-		out = append(out, w)
+		if keep(w) {
+			out = append(out, w)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

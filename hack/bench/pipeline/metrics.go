@@ -149,7 +149,8 @@ func scrapeOperator(ctx context.Context, addr string) (operatorCounters, error) 
 	return out, nil
 }
 
-// apiKey names a group of apiserver requests: a verb on a resource (and subresource).
+// apiKey names a group of apiserver requests: a verb on a resource (and subresource); the verb
+// carries the response code when the apiserver refused the write ("POST 409").
 type apiKey struct {
 	verb, resource string
 }
@@ -168,18 +169,29 @@ func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (map[apiKey]f
 	if err != nil {
 		return nil, err
 	}
+	return writesByResource(samples), nil
+}
+
+// writesByResource sums the mutating requests of apiserver_request_total samples by verb and
+// resource. A write the apiserver refused (code 4xx or 5xx: a 409 Conflict or AlreadyExists, a
+// 429) is kept apart, its code beside its verb, so the races a contender runs into show.
+func writesByResource(samples []sample) map[apiKey]float64 {
 	out := map[apiKey]float64{}
 	for _, s := range samples {
-		switch s.labels["verb"] {
+		verb := s.labels["verb"]
+		switch verb {
 		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
 		default:
 			continue
+		}
+		if code := s.labels["code"]; len(code) == 3 && (code[0] == '4' || code[0] == '5') {
+			verb += " " + code
 		}
 		res := s.labels["resource"]
 		if sub := s.labels["subresource"]; sub != "" {
 			res += "/" + sub
 		}
-		out[apiKey{verb: s.labels["verb"], resource: res}] += s.value
+		out[apiKey{verb: verb, resource: res}] += s.value
 	}
-	return out, nil
+	return out
 }

@@ -8,6 +8,7 @@ package cache
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -156,7 +157,9 @@ func DigestConfigMap(obj any) (any, error) {
 	}
 	cm.ManagedFields = nil
 	for k, v := range cm.Data {
-		cm.Data[k] = DataDigest(v)
+		if !isDigest(v) { // a streamed initial list runs the transform twice on each object
+			cm.Data[k] = DataDigest(v)
+		}
 	}
 	cm.BinaryData = nil
 	return internObject(cm)
@@ -165,8 +168,20 @@ func DigestConfigMap(obj any) (any, error) {
 // DataDigest is how a cached ConfigMap of a pipeline holds a value (DigestConfigMap).
 func DataDigest(v string) string {
 	sum := sha256.Sum256([]byte(v))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return digestPrefix + hex.EncodeToString(sum[:])
 }
+
+// isDigest says whether v already is what DataDigest returns.
+func isDigest(v string) bool {
+	hexPart, ok := strings.CutPrefix(v, digestPrefix)
+	if !ok || len(hexPart) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
+}
+
+const digestPrefix = "sha256:"
 
 // HoldsData says whether a ConfigMap value read from the cache (a digest) or past it (the value)
 // is want.

@@ -53,6 +53,52 @@ func TestDigestConfigMapStillComparesTheDocument(t *testing.T) {
 	}
 }
 
+// TestTransformsAreIdempotent: client-go's streamed initial list (WatchListClient) runs a cache
+// transform twice on every object it lists, so a transform applied to its own output must change
+// nothing; a digest of a digest would make every listed routes ConfigMap compare as different.
+func TestTransformsAreIdempotent(t *testing.T) {
+	cm := func() *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p-routes", Namespace: "ns"}, Data: map[string]string{"routes.json": `{"pipeline": "p"}`}}
+	}
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-0", Namespace: "ns", Labels: map[string]string{appsv1alpha1.WorkerSetLabel: "w"}, Annotations: map[string]string{"a": "b"}},
+			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "worker", Image: "img"}}}}
+	}
+	svc := func() *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "p-a", Namespace: "ns", Annotations: map[string]string{"a": "b"}},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"k": "v"}}}
+	}
+	slice := func() *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "p-a-x", Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: "p-a"}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "w-0"}}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		transform func(any) (any, error)
+		obj       func() any
+	}{
+		{"DigestConfigMap", DigestConfigMap, func() any { return cm() }},
+		{"TrimPod", TrimPod, func() any { return pod() }},
+		{"TrimService", TrimService, func() any { return svc() }},
+		{"TrimEndpointSlice", TrimEndpointSlice, func() any { return slice() }},
+	} {
+		once, err := tc.transform(tc.obj())
+		if err != nil {
+			t.Fatal(err)
+		}
+		twice, err := tc.transform(tc.obj())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if twice, err = tc.transform(twice); err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(once, twice) {
+			t.Errorf("%s applied twice differs from once:\n once  %+v\n twice %+v", tc.name, once, twice)
+		}
+	}
+}
+
 // TestOptionsSelectTheOperatorsOwnObjects: every kind the operator caches by the thousand, or
 // that other controllers make as many of cluster-wide, is narrowed to the objects carrying the
 // label the operator's writers set, and the narrowing matches exactly those.

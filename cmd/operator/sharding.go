@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/conveyor-dev/conveyor/pkg/operator"
+	"github.com/conveyor-dev/conveyor/pkg/shard"
+)
+
+// shardCache is the cache the sharded operator needs: a manager cache whose namespaces are added
+// and removed at runtime (pkg/operator/nscache).
+type shardCache interface {
+	cache.Cache
+	operator.NamespaceCache
+}
+
+// newShardCache builds it, and isNamespaceNotCached recognises its answer for a namespace it does
+// not hold; both are set by the build that links the cache (nscache.go), nil otherwise.
+var (
+	newShardCache        func(cfg *rest.Config, opts cache.Options) (shardCache, error)
+	isNamespaceNotCached func(error) bool
+)
+
+// inClusterNamespaceFile holds the namespace of the Pod the operator runs in.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// shardSetup carries what --sharding needs from the flags to the manager and the controllers.
+type shardSetup struct {
+	id             string
+	leaseNamespace string
+	leaseCfg       *rest.Config // unfenced: the protocol's own Lease writes
+	fence          *operator.NamespaceFence
+	cache          shardCache
+}
+
+func defaultShardID() string {
+	if id := os.Getenv("POD_NAME"); id != "" {
+		return id
+	}
+	host, _ := os.Hostname()
+	return host
+}
+
+// leaseNamespace is where the protocol's Leases live: the leader election namespace, as
+// controller-runtime finds it (the flag, else the namespace the Pod runs in).
+func leaseNamespace(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	b, err := os.ReadFile(inClusterNamespaceFile)
+	if err != nil {
+		return "", errors.New("--sharding: not running in a cluster, so --leader-election-namespace is required")
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// newShardSetup names the replica in its requests (so an audit log tells the replicas apart) and
+// puts the per-namespace write fence on the manager's transport.
+func newShardSetup(cfg *rest.Config, opts options) (*shardSetup, error) {
+	if newShardCache == nil {
+		return nil, errors.New("--sharding: this build has no per-namespace cache (pkg/operator/nscache)")
+	}
+	if opts.shardID == "" {
+		return nil, errors.New("--sharding: --shard-id is empty and neither $POD_NAME nor the host name is set")
+	}
+	ns, err := leaseNamespace(opts.leaderElectionNamespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "conveyor-operator/" + opts.shardID
+	s := &shardSetup{id: opts.shardID, leaseNamespace: ns, leaseCfg: rest.CopyConfig(cfg), fence: &operator.NamespaceFence{LeaseNamespace: ns}}
+	cfg.Wrap(s.fence.Wrap)
+	return s, nil
+}
+
+// managerOptions makes the manager's cache the per-namespace one, and gives a graceful leave
+// (every bucket drained and handed over) the time it may take.
+func (s *shardSetup) managerOptions(o *ctrl.Options) {
+	o.LeaderElection = false
+	o.NewCache = func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+		c, err := newShardCache(cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		s.cache = c
+		return c, nil
+	}
+	o.GracefulShutdownTimeout = ptr.To(shard.DefaultLeaveTimeout + 10*time.Second)
+}
+
+// options are the operator's ShardOptions, once the manager (and so the cache) exists.
+func (s *shardSetup) options() (*operator.ShardOptions, error) {
+	if s.cache == nil {
+		return nil, errors.New("--sharding: the manager did not build its cache")
+	}
+	cs, err := kubernetes.NewForConfig(s.leaseCfg)
+	if err != nil {
+		return nil, fmt.Errorf("--sharding: Lease client: %w", err)
+	}
+	md, err := metadata.NewForConfig(s.leaseCfg)
+	if err != nil {
+		return nil, fmt.Errorf("--sharding: metadata client: %w", err)
+	}
+	return &operator.ShardOptions{
+		ID: s.id, LeaseNamespace: s.leaseNamespace, Clientset: cs, Metadata: md, Cache: s.cache,
+		NotCached: isNamespaceNotCached, Fence: s.fence,
+	}, nil
+}

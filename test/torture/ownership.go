@@ -1,0 +1,234 @@
+package torture
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/conveyor-dev/conveyor/pkg/shard"
+	"github.com/conveyor-dev/conveyor/test/crash"
+)
+
+// AuditPolicy returns the kube-apiserver audit policy of the torture: every Lease write in the
+// operator's namespace with the Lease the API server answered (so the log says who held each
+// bucket from when to when), and one Metadata entry per write to what the operator writes.
+func AuditPolicy(leaseNamespace string) string {
+	return `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    verbs: [get, list, watch]
+  - level: RequestResponse
+    namespaces: [` + leaseNamespace + `]
+    resources:
+      - group: coordination.k8s.io
+        resources: [leases]
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: [pods, pods/status, services, configmaps, persistentvolumeclaims]
+      - group: apps
+        resources: [controllerrevisions]
+      - group: autoscaling
+        resources: [horizontalpodautoscalers]
+      - group: apps.conveyor.dev
+      - group: scheduling.conveyor.dev
+  - level: None
+`
+}
+
+// userAgentPrefix starts the user agent of a replica run with --sharding: conveyor-operator/<id>.
+const userAgentPrefix = "conveyor-operator/"
+
+// ReplicaOfWrite returns the shard id of the replica that sent a write, from its user agent; ""
+// when another client sent it.
+func ReplicaOfWrite(w crash.Write) string {
+	rest, ok := strings.CutPrefix(w.UserAgent, userAgentPrefix)
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, " ")
+	return id
+}
+
+// Holding is one replica's hold on a bucket as the API server applied it: from the answer to
+// the write that made it the holder until the arrival of the write that made another (or none)
+// the holder. Both ends are taken on the safe side: a write of the replica is inside its holding
+// only if the API server received it after the holding began and answered it before it ended.
+type Holding struct {
+	Replica  string
+	From, To time.Time // To is zero while the replica still holds the bucket
+}
+
+// History is every bucket's holdings, in order.
+type History map[int][]Holding
+
+// BuildHistory reads the holders of the bucket Leases from the successful Lease writes of the
+// audit log that carry the Lease the API server answered with (AuditPolicy logs them).
+func BuildHistory(writes []crash.Write) (History, error) {
+	type change struct {
+		rv      uint64
+		holder  string
+		arrived time.Time
+		done    time.Time
+	}
+	changes := map[int][]change{}
+	for _, w := range writes {
+		b, ok := shard.BucketOfLease(w.Name)
+		if !w.IsLease() || !ok || w.Code >= 300 || len(w.Response) == 0 {
+			continue
+		}
+		var l coordinationv1.Lease
+		if err := json.Unmarshal(w.Response, &l); err != nil {
+			return nil, fmt.Errorf("the answer to %s: %w", w, err)
+		}
+		rv, err := strconv.ParseUint(l.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("the answer to %s: resourceVersion %q: %w", w, l.ResourceVersion, err)
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			holder = shard.ReplicaOf(*l.Spec.HolderIdentity)
+		}
+		changes[b] = append(changes[b], change{rv: rv, holder: holder, arrived: w.Received, done: w.Done})
+	}
+	h := History{}
+	for b, cs := range changes {
+		// One object's writes apply in the order of their resourceVersions.
+		sort.Slice(cs, func(i, j int) bool { return cs[i].rv < cs[j].rv })
+		cur := ""
+		for _, c := range cs {
+			if c.holder == cur {
+				continue
+			}
+			if n := len(h[b]); n > 0 && h[b][n-1].To.IsZero() {
+				h[b][n-1].To = c.arrived
+			}
+			if c.holder != "" {
+				h[b] = append(h[b], Holding{Replica: c.holder, From: c.done})
+			}
+			cur = c.holder
+		}
+	}
+	return h, nil
+}
+
+// holds says whether replica held bucket b over the whole of [from, to].
+func (h History) holds(b int, replica string, from, to time.Time) bool {
+	for _, hd := range h[b] {
+		if hd.Replica == replica && !from.Before(hd.From) && (hd.To.IsZero() || !to.After(hd.To)) {
+			return true
+		}
+	}
+	return false
+}
+
+// holding returns the holding of bucket b that covers t, if any.
+func (h History) holding(b int, t time.Time) (Holding, bool) {
+	for _, hd := range h[b] {
+		if !t.Before(hd.From) && (hd.To.IsZero() || t.Before(hd.To)) {
+			return hd, true
+		}
+	}
+	return Holding{}, false
+}
+
+// OwnershipReport is what CheckOwnership found.
+type OwnershipReport struct {
+	Checked  int      // successful writes of the replicas outside the Lease namespace
+	Refused  int      // writes of the replicas the API server refused (they changed nothing)
+	NonOwner []string // successful writes by a replica that did not hold the namespace's bucket
+}
+
+// CheckOwnership checks every successful write a replica sent to a namespace other than
+// leaseNamespace: the API server must have received and answered it while that replica held the
+// namespace's bucket.
+func CheckOwnership(h History, writes []crash.Write, leaseNamespace string) OwnershipReport {
+	var rep OwnershipReport
+	for _, w := range writes {
+		r := ReplicaOfWrite(w)
+		if r == "" || w.Namespace == "" || w.Namespace == leaseNamespace {
+			continue
+		}
+		if w.Code >= 300 {
+			rep.Refused++
+			continue
+		}
+		rep.Checked++
+		if !h.holds(shard.BucketOf(w.Namespace), r, w.Received, w.Done) {
+			rep.NonOwner = append(rep.NonOwner, fmt.Sprintf("%s by %s in bucket %d, held then by %s",
+				w, r, shard.BucketOf(w.Namespace), h.holderAt(shard.BucketOf(w.Namespace), w.Received)))
+		}
+	}
+	return rep
+}
+
+func (h History) holderAt(b int, t time.Time) string {
+	if hd, ok := h.holding(b, t); ok {
+		return hd.Replica
+	}
+	return "nobody"
+}
+
+// Probe is work created in a namespace while its bucket changes hands, so that the new owner has
+// something to write: the handover gap is measured up to that write.
+type Probe struct {
+	Kind      string // what moved the bucket: scale-up, scale-down, rolling, kill, stop, rebalance
+	Namespace string
+	Victim    string    // the replica that held the bucket
+	Signal    time.Time // when the victim was signalled (zero when nothing was signalled)
+	Created   time.Time
+}
+
+// Graceful says whether the bucket moved by a release (every kind but kill and stop).
+func (p Probe) Graceful() bool { return p.Kind != KindKill && p.Kind != KindStop }
+
+// Gap returns the handover gap a probe saw: for a graceful move, from the victim's release of the
+// bucket until the new owner's first successful write in the namespace; for a SIGKILL or a
+// SIGSTOP, from the signal until the first successful write there of any other replica. False
+// when the log shows no such write (or, for a graceful move, no release after the probe).
+func Gap(p Probe, h History, writes []crash.Write) (time.Duration, bool) {
+	b := shard.BucketOf(p.Namespace)
+	from, by := p.Signal, ""
+	if p.Graceful() {
+		// The victim's holding that covered the probe's creation ends with the release.
+		hd, ok := h.holding(b, p.Created)
+		if !ok || hd.Replica != p.Victim {
+			// Released before the probe was made: the holding that ended last before it.
+			i := slices.IndexFunc(h[b], func(x Holding) bool {
+				return x.Replica == p.Victim && !x.To.IsZero() && !x.To.After(p.Created) && p.Created.Sub(x.To) < time.Minute
+			})
+			if i < 0 {
+				return 0, false
+			}
+			hd = h[b][i]
+		}
+		if hd.To.IsZero() {
+			return 0, false
+		}
+		from = hd.To
+		i := slices.IndexFunc(h[b], func(x Holding) bool { return !x.From.Before(hd.To) })
+		if i < 0 {
+			return 0, false
+		}
+		by = h[b][i].Replica
+	}
+	for _, w := range writes {
+		r := ReplicaOfWrite(w)
+		if w.Namespace != p.Namespace || w.Code >= 300 || r == "" || r == p.Victim || w.Received.Before(from) {
+			continue
+		}
+		if by != "" && r != by {
+			continue
+		}
+		return w.Received.Sub(from), true
+	}
+	return 0, false
+}
