@@ -192,6 +192,7 @@ func run(opts options) error {
 		PipelineConcurrency:  opts.pipelineConcurrency,
 		DeadEndGrace:         opts.deadEndGrace,
 		CustomMetrics:        customMetrics,
+		Namespaces:           slices.Collect(maps.Keys(cacheOpts.DefaultNamespaces)),
 		Sharding:             shardOpts,
 	})
 	if err != nil {

@@ -157,7 +157,7 @@ func startOperator(c *cluster.Cluster, ns string, grace time.Duration) (func(), 
 	if err != nil {
 		return nil, err
 	}
-	if err := operator.Setup(context.Background(), mgr, operator.Options{WorkerSetConcurrency: 5, PipelineConcurrency: 16, DeadEndGrace: grace, SkipMetrics: true}); err != nil {
+	if err := operator.Setup(context.Background(), mgr, operator.Options{WorkerSetConcurrency: 5, PipelineConcurrency: 16, DeadEndGrace: grace, SkipMetrics: true, Namespaces: []string{ns}}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

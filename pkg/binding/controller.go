@@ -54,7 +54,7 @@ type Reconciler struct {
 	// DeadEndGrace is how long a bound Pod may be not Ready before the binding is DeadEnd.
 	DeadEndGrace time.Duration
 	Now          func() time.Time
-	// APIReader reads past the cache: the cache holds only pipelines' Services, so a Service in the
+	// APIReader reads past the Service records: they hold only pipelines' Services, so a Service in the
 	// way of a binding is found with one read when its create reports AlreadyExists.
 	APIReader client.Reader
 
@@ -64,9 +64,14 @@ type Reconciler struct {
 	// whose Service is expected waits for it instead of creating it. Nil expects none.
 	Expected *ExpectedServices
 
+	// Namespaces are the namespaces the manager's cache watches, all when empty: the controller
+	// lists and watches the Services and EndpointSlices of those itself (recordSource).
+	Namespaces []string
+
 	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
 	pace            conveyorstatus.Pace
-	slices          sliceNames
+	services        serviceRecords
+	endpoints       endpointRecords
 }
 
 // +kubebuilder:rbac:groups=scheduling.conveyor.dev,resources=pipelinebindings,verbs=get;list;watch
@@ -86,13 +91,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.DeadEndGrace == 0 {
 		r.DeadEndGrace = DefaultDeadEndGrace
 	}
+	services, err := newServiceListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	slices, err := newEndpointListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipelinebinding").
 		// The binding's own status patches trigger nothing: only a new spec, a create or a delete.
 		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToBinding)).
+		WatchesRawSource(&recordSource{kind: "services", object: &corev1.Service{}, namespaces: r.Namespaces, listWatch: services,
+			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+				return newServiceStore(&r.services, ns, enqueue)
+			}}).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToBindings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&discoveryv1.EndpointSlice{}, &r.slices).
+		WatchesRawSource(&recordSource{kind: "endpointslices", object: &discoveryv1.EndpointSlice{}, namespaces: r.Namespaces, listWatch: slices,
+			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+				return newSliceStore(&r.endpoints, ns, enqueue)
+			}}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(withGate(r, r.Gate))
@@ -142,22 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	var slices []discoveryv1.EndpointSlice
-	for _, name := range r.slices.of(b.Namespace, b.Name) {
-		slice := discoveryv1.EndpointSlice{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &slice); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return ctrl.Result{}, fmt.Errorf("get endpoint slice %s: %w", name, err)
-		}
-		// A slice of another Service of this name (deleted by a serviceType switch and not yet
-		// collected) says nothing of this one: only the slices this Service owns count.
-		if ownedByService(&slice, b.Name, svc.uid) {
-			slices = append(slices, slice)
-		}
-	}
-	st, recheck := bindingStatus(b, pod, ReadyEndpointPods(slices), svc, r.Now(), r.DeadEndGrace)
+	st, recheck := bindingStatus(b, pod, r.endpoints.readyPods(b.Namespace, b.Name, svc.uid), svc, r.Now(), r.DeadEndGrace)
 	if wait := firstStatusWait(b, st, svc, svcErr, r.Now()); wait > 0 {
 		// A new binding whose endpoint is simply not ready yet: its first status is written when
 		// the endpoint is (the EndpointSlice's event brings it back), or after the wait.
@@ -319,13 +323,6 @@ func bindingStatus(b *schedulingv1alpha1.PipelineBinding, pod *corev1.Pod, ready
 		setReady(false, schedulingv1alpha1.ReasonEndpointNotReady, fmt.Sprintf("Service %s has no ready endpoint for %s yet", b.Name, b.Spec.Pod))
 	}
 	return st, recheck
-}
-
-// ownedByService says the slice belongs to the Service of that name and UID (SliceService); no
-// slice belongs to a Service whose UID is not known.
-func ownedByService(slice *discoveryv1.EndpointSlice, name string, uid types.UID) bool {
-	ref, ok := SliceService(slice)
-	return ok && uid != "" && ref.Name == name && ref.UID == uid
 }
 
 // recreatedSinceReady says the binding's Service was created after the binding last became Ready

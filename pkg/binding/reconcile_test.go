@@ -109,7 +109,25 @@ func (noBindings) BindingsOfClass(string, string) []string { return nil }
 
 func (w *world) reconcile(t *testing.T, b *schedulingv1alpha1.PipelineBinding) (ctrl.Result, error) {
 	t.Helper()
+	w.syncServices(t)
 	return w.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+}
+
+// syncServices gives the controller's Service records, as its reflector would, the Services of the
+// API server that have the pipeline label.
+func (w *world) syncServices(t *testing.T) {
+	t.Helper()
+	list := &corev1.ServiceList{}
+	if err := w.api.List(context.Background(), list, client.HasLabels{schedulingv1alpha1.PipelineLabel}); err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]any, 0, len(list.Items))
+	for i := range list.Items {
+		objs = append(objs, &list.Items[i])
+	}
+	if err := newServiceStore(&w.r.services, "", func(types.NamespacedName) {}).Replace(objs, ""); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (w *world) binding(t *testing.T, b *schedulingv1alpha1.PipelineBinding) *schedulingv1alpha1.PipelineBinding {
@@ -133,9 +151,8 @@ func (w *world) service(t *testing.T, name string) *corev1.Service {
 	return svc
 }
 
-// addSlice creates an EndpointSlice owned by the Service of that UID that lists the Pod as ready,
-// without labels (the operator's cache drops them), and tells the controller's slice map of it as
-// the informer would.
+// addSlice gives the controller's EndpointSlice records, as its reflector would, a slice owned by
+// the Service of that UID that lists the Pod as ready.
 func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UID) {
 	t.Helper()
 	slice := &discoveryv1.EndpointSlice{
@@ -144,10 +161,9 @@ func (w *world) addSlice(t *testing.T, name, service, pod string, owner types.UI
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(pod + "-uid")}}},
 	}
-	if err := w.api.Create(context.Background(), slice); err != nil {
+	if err := newSliceStore(&w.r.endpoints, "", func(types.NamespacedName) {}).Add(slice); err != nil {
 		t.Fatal(err)
 	}
-	w.r.slices.add(types.NamespacedName{Namespace: "ns", Name: service}, name)
 }
 
 // drainEvents returns the Events recorded so far.
@@ -178,6 +194,7 @@ func (w *world) settle(t *testing.T, b *schedulingv1alpha1.PipelineBinding, hori
 			t.Fatalf("more than %d reconciles in %v: the binding loops", i, w.now.Sub(start))
 		}
 		before := w.writes
+		w.syncServices(t)
 		res, err := w.r.Reconcile(context.Background(), req)
 		if w.now.Sub(start) < horizon/2 {
 			first += w.writes - before

@@ -187,13 +187,7 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 		}
 		wc = nil
 	}
-	cur := &corev1.Service{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(b), cur); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return serviceState{}, fmt.Errorf("get service %s: %w", b.Name, err)
-		}
-		cur = nil
-	}
+	cur := r.services.get(b.Namespace, b.Name) // a copy of the record's fields
 	if cur != nil {
 		r.Expected.Forget(client.ObjectKeyFromObject(b))
 	} else if wait := r.Expected.Wait(client.ObjectKeyFromObject(b)); wait > 0 {
@@ -201,7 +195,7 @@ func (r *Reconciler) syncService(ctx context.Context, b *schedulingv1alpha1.Pipe
 	}
 	st, err := r.writeService(ctx, b, wc, cur)
 	if apierrors.IsConflict(err) {
-		return st, err // the cache is behind our own Service writes: not a problem to report
+		return st, err // the records are behind our own Service writes: not a problem to report
 	}
 	r.recordServiceProblem(b, st)
 	return st, err
@@ -231,7 +225,7 @@ func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.Pip
 	}
 	if cur == nil {
 		if r.APIReader != nil && r.wasInTheWay(b) {
-			// Another's Service was in the way at the last look; it is outside the cache, so look
+			// Another's Service was in the way at the last look; it is outside the records, so look
 			// again with one read rather than with a create the API server refuses.
 			live, err := r.readLive(ctx, b)
 			if err != nil {
@@ -252,14 +246,14 @@ func (r *Reconciler) writeService(ctx context.Context, b *schedulingv1alpha1.Pip
 		if !apierrors.IsAlreadyExists(err) || r.APIReader == nil {
 			return failed("created", err)
 		}
-		// A Service of this name exists that the cache does not show: someone else's, or ours
-		// without the pipeline label the cache is filtered on. Only the API server can tell.
+		// A Service of this name exists that the records do not show: someone else's, or ours
+		// without the pipeline label the records are filtered on. Only the API server can tell.
 		live, readErr := r.readLive(ctx, b)
 		switch {
 		case readErr != nil:
 			return failed("read", readErr)
 		case live == nil:
-			// Gone since the create: a Service outside the cache sends no event, so the create is
+			// Gone since the create: a Service outside the records sends no event, so the create is
 			// retried with backoff.
 			return failed("created", err)
 		case !metav1.IsControlledBy(live, b):
@@ -292,7 +286,7 @@ func (r *Reconciler) repairLabels(ctx context.Context, b *schedulingv1alpha1.Pip
 	}
 	slices.Sort(lost)
 	if len(lost) == 0 {
-		// The cache is behind our own create: its event brings the binding back.
+		// The records are behind our own create: its event brings the binding back.
 		return serviceState{uid: live.UID, created: live.CreationTimestamp.Time}, nil
 	}
 	patch := client.MergeFrom(live.DeepCopy())
@@ -440,12 +434,6 @@ func StageState(b *schedulingv1alpha1.PipelineBinding) string {
 		return phase + ": " + p
 	}
 	return phase
-}
-
-// serviceToBinding: a binding's Service has the binding's name. Every Service maps, owned or not,
-// so that removing a Service in a binding's way brings the binding back.
-func serviceToBinding(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 }
 
 // classToBindings: a class's serviceType and ports shape the Services of its bindings.

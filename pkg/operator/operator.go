@@ -36,6 +36,8 @@ type Options struct {
 	// CustomMetrics, when set, serves custom.metrics.k8s.io from the pipelines' allocator, on every
 	// replica (leader or not), so the WorkerClasses' autoscalers can read workerclass_utilization.
 	CustomMetrics *custommetrics.ServerOptions
+	// Namespaces are the namespaces the manager's cache watches, all when empty.
+	Namespaces []string
 	// Sharding, when set, makes this replica one of several active ones (docs/sharding.md): it works
 	// only in the namespaces of the buckets it owns. The manager must run without leader election,
 	// with Sharding.Cache as its cache and Sharding.Fence on its client's transport.
@@ -65,7 +67,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
-	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Gate: gate})
+	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Gate: gate, Namespaces: opts.Namespaces})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ type SetupOptions struct {
 	// Client, when set, is the client every controller writes and reads through instead of the
 	// manager's (a test wraps it to count writes).
 	Client client.Client
+	// Namespaces are the namespaces the manager's cache watches, all when empty (the binding
+	// controller watches the EndpointSlices of those itself).
+	Namespaces []string
 	// Gate, when set, wraps every controller's reconciler (the sharded operator's ownership gate).
 	Gate func(reconcile.Reconciler) reconcile.Reconciler
 }
@@ -55,6 +58,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
 		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected, Gate: opts.Gate,
+		Namespaces: opts.Namespaces,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}

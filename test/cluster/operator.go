@@ -46,6 +46,7 @@ func (c *Cluster) StartOperator(t testing.TB, namespace string, opts operator.Op
 		t.Fatalf("operator manager: %v", err)
 	}
 	opts.SkipMetrics = true
+	opts.Namespaces = []string{namespace}
 	if err := operator.Setup(context.Background(), mgr, opts); err != nil {
 		t.Fatalf("operator controllers: %v", err)
 	}

@@ -32,7 +32,10 @@ import (
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
 //     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
-//     ConfigMap values held as digests (DigestConfigMap);
+//     ConfigMap values held as digests (DigestConfigMap). The operator's controllers start no
+//     informer of Services or EndpointSlices: the binding controller, their only reader, keeps a
+//     compact record of each from reflectors of its own (pkg/binding, records.go), so these two
+//     entries only shape an informer another manager's code asks for;
 //   - ControllerRevisions and PersistentVolumeClaims: those of WorkerSets only (the WorkerSet
 //     controller labels every revision and claim it writes apps.conveyor.dev/workerset, and lists
 //     them by that label);

@@ -136,3 +136,11 @@ func shareMessage(msg string) string {
 	}
 	return shareMap("message\x00"+msg, msg)
 }
+
+// SharePorts returns one shared copy of a Service's ports, their strings interned (sharePorts),
+// for a holder of Service records outside the cache. The result is read only.
+func SharePorts(ports []corev1.ServicePort) []corev1.ServicePort { return sharePorts(ports) }
+
+// Intern returns one shared copy of a string that thousands of objects repeat and few distinct
+// values take (a kind, a Service type, a stage): the cache's bounded intern table.
+func Intern(s string) string { return intern(s) }
