@@ -67,6 +67,11 @@ type result struct {
 	peakRSS     int64
 	operatorCPU time.Duration // over the measured window
 	planeCPU    map[string]time.Duration
+	// restCPU is the CPU time every control-plane component and the operator ("operator") used
+	// during -settle after all were Ready, and restFor how long that was: the cluster's rate at
+	// rest, which a longer window pays for without doing more work. The operator only.
+	restCPU map[string]time.Duration
+	restFor time.Duration
 
 	op            operatorCounters   // the operator's counters over the window
 	opTrailing    operatorCounters   // and during -settle after all were Ready
@@ -273,11 +278,19 @@ func measureOperator(ctx context.Context, cfg *config, c *cluster.Cluster, admin
 	if err := countObjects(ctx, admin, cfg, res); err != nil {
 		return err
 	}
+	restStart, planeRest := time.Now(), procstat.ControlPlaneCPU(c.Workdir())
+	_, opRest := op.Usage()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(cfg.settle):
 	}
+	_, opRestEnd := op.Usage()
+	res.restCPU, res.restFor = procstat.ControlPlaneCPU(c.Workdir()), time.Since(restStart)
+	for k, d := range planeRest {
+		res.restCPU[k] -= d
+	}
+	res.restCPU["operator"] = opRestEnd - opRest
 	opSettled, err := scrapeOperator(ctx, metricsAddr)
 	if err != nil {
 		return err
