@@ -177,6 +177,8 @@ func writeAPIAndChecks(p func(string, ...any), results []*result) {
 	}
 	p("\n")
 
+	writeReads(p, results)
+
 	p("\nCPU seconds used over the window (2 CPUs shared by all), their total, and the total per pipeline:\n\n")
 	p("| pipelines | service type | contender | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator | total | ms per pipeline |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
@@ -230,5 +232,60 @@ func writeRestCPU(p func(string, ...any), results []*result) {
 		rate := func(k string) float64 { return r.restCPU[k].Seconds() / r.restFor.Seconds() }
 		p("| %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", r.n, r.mode, contenderName(r), r.restFor.Seconds(),
 			rate("kube-apiserver"), rate("etcd"), rate("kube-controller-manager"), rate("kube-scheduler"), rate("kwok-controller"), rate("operator"))
+	}
+}
+
+// writeReads writes the reads the apiserver served over the window and the watch events it sent,
+// per pipeline, from and to every client: what a contender costs the apiserver beside its writes.
+func writeReads(p func(string, ...any), results []*result) {
+	keys := map[apiKey]bool{}
+	for _, r := range results {
+		for k, v := range r.apiReads {
+			if v/float64(r.n) >= 0.005 {
+				keys[k] = true
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	p("\nReads the apiserver served over the window (GET, LIST, WATCH requests opened) and the watch events it sent (WATCH EVENTS, and their WATCH BYTES in KiB), per pipeline, from and to every client, by resource:\n\n")
+	sorted := slices.SortedFunc(maps.Keys(keys), func(a, b apiKey) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.verb, b.verb)
+	})
+	p("| resource | verb |")
+	for _, r := range results {
+		p(" %d %s %s |", r.n, r.mode, contenderName(r))
+	}
+	p("\n|---|---|%s\n", strings.Repeat("--:|", len(results)))
+	for _, k := range sorted {
+		p("| %s | %s |", k.resource, k.verb)
+		for _, r := range results {
+			v := r.apiReads[k] / float64(r.n)
+			if k.verb == "WATCH BYTES" {
+				v /= 1024
+			}
+			p(" %.2f |", v)
+		}
+		p("\n")
+	}
+	for _, verb := range []string{"WATCH EVENTS", "WATCH BYTES"} {
+		p("| **all watch %s** | |", strings.ToLower(strings.TrimPrefix(verb, "WATCH ")))
+		for _, r := range results {
+			var t float64
+			for k, v := range r.apiReads {
+				if k.verb == verb {
+					t += v
+				}
+			}
+			if verb == "WATCH BYTES" {
+				t /= 1024
+			}
+			p(" **%.2f** |", t/float64(r.n))
+		}
+		p("\n")
 	}
 }
