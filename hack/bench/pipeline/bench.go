@@ -67,10 +67,16 @@ type result struct {
 	peakRSS     int64
 	operatorCPU time.Duration // over the measured window
 	planeCPU    map[string]time.Duration
+	// restCPU is the CPU time every control-plane component and the operator ("operator") used
+	// during -settle after all were Ready, and restFor how long that was: the cluster's rate at
+	// rest, which a longer window pays for without doing more work. The operator only.
+	restCPU map[string]time.Duration
+	restFor time.Duration
 
 	op            operatorCounters   // the operator's counters over the window
 	opTrailing    operatorCounters   // and during -settle after all were Ready
 	apiWrites     map[apiKey]float64 // every client's writes by verb and resource, over the window
+	apiReads      map[apiKey]float64 // and reads, and the watch events sent (apiserverWrites)
 	bindings      int
 	services      int
 	overCommitted []string
@@ -225,7 +231,7 @@ func measureOperator(ctx context.Context, cfg *config, c *cluster.Cluster, admin
 	if err != nil {
 		return err
 	}
-	apiBefore, err := apiserverWrites(ctx, cs)
+	apiBefore, readsBefore, err := apiserverWrites(ctx, cs)
 	if err != nil {
 		return err
 	}
@@ -249,7 +255,7 @@ func measureOperator(ctx context.Context, cfg *config, c *cluster.Cluster, admin
 	if err != nil {
 		return err
 	}
-	apiAfter, err := apiserverWrites(ctx, cs)
+	apiAfter, readsAfter, err := apiserverWrites(ctx, cs)
 	if err != nil {
 		return err
 	}
@@ -266,18 +272,26 @@ func measureOperator(ctx context.Context, cfg *config, c *cluster.Cluster, admin
 	res.load1End = loadAverage()
 	res.created, res.plotted, res.ready, res.latencyP50, res.latencyP99, res.leftReady = tr.summary()
 	res.op = opAfter.minus(opBefore)
-	res.apiWrites = diff(apiBefore, apiAfter)
+	res.apiWrites, res.apiReads = diff(apiBefore, apiAfter), diff(readsBefore, readsAfter)
 	logf("%s: all Ready after %.2fs (created %.2fs, Plotted %.2fs); operator peak RSS %.1f MiB, CPU %.1fs, %.1f writes per pipeline",
 		res.label(), res.ready.Seconds(), res.created.Seconds(), res.plotted.Seconds(), float64(res.peakRSS)/(1<<20), res.operatorCPU.Seconds(), res.operatorWrites()/float64(n))
 
 	if err := countObjects(ctx, admin, cfg, res); err != nil {
 		return err
 	}
+	restStart, planeRest := time.Now(), procstat.ControlPlaneCPU(c.Workdir())
+	_, opRest := op.Usage()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(cfg.settle):
 	}
+	_, opRestEnd := op.Usage()
+	res.restCPU, res.restFor = procstat.ControlPlaneCPU(c.Workdir()), time.Since(restStart)
+	for k, d := range planeRest {
+		res.restCPU[k] -= d
+	}
+	res.restCPU["operator"] = opRestEnd - opRest
 	opSettled, err := scrapeOperator(ctx, metricsAddr)
 	if err != nil {
 		return err

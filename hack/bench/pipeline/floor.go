@@ -442,7 +442,7 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 	if got := ep.count(); got != 0 {
 		return fmt.Errorf("%d Services of Pipelines have a ready endpoint before the clock started", got)
 	}
-	apiBefore, err := apiserverWrites(ctx, c.Clientset())
+	apiBefore, readsBefore, err := apiserverWrites(ctx, c.Clientset())
 	if err != nil {
 		return err
 	}
@@ -472,7 +472,7 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 		return err
 	}
 	res.load1End = loadAverage()
-	apiAfter, err := apiserverWrites(ctx, c.Clientset())
+	apiAfter, readsAfter, err := apiserverWrites(ctx, c.Clientset())
 	if err != nil {
 		return err
 	}
@@ -485,7 +485,7 @@ func measureFloor(ctx context.Context, cfg *config, c *cluster.Cluster, admin cl
 	res.lastEndpoint = ep.last()
 	res.ready = max(writersDone, res.lastEndpoint)
 	res.floorWrites = float64(writes)
-	res.apiWrites = diff(apiBefore, apiAfter)
+	res.apiWrites, res.apiReads = diff(apiBefore, apiAfter), diff(readsBefore, readsAfter)
 	logf("%s: done after %.2fs (writes done %.2fs, last endpoint %.2fs), %.1f writes per pipeline (load average %.2f)",
 		res.label(), res.ready.Seconds(), writersDone.Seconds(), res.lastEndpoint.Seconds(), res.floorWrites/float64(n), res.load1End)
 	return countObjects(ctx, admin, cfg, res)

@@ -155,21 +155,45 @@ type apiKey struct {
 	verb, resource string
 }
 
-// apiserverWrites reads the apiserver's own apiserver_request_total and returns the mutating
-// requests (POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION) by verb and resource, from every
-// client: the operator, this program, kube-controller-manager, the scheduler and kwok.
-func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (map[apiKey]float64, error) {
+// apiserverWrites reads the apiserver's own metrics once and returns the mutating requests by verb
+// and resource, and, apart, the reads (GET, LIST, WATCH: watch requests opened) by verb and
+// resource and the watch events it sent by resource ("WATCH EVENTS") with their bytes ("WATCH
+// BYTES"), from every client.
+func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (writes, reads map[apiKey]float64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("scrape the apiserver: %w", err)
+		return nil, nil, fmt.Errorf("scrape the apiserver: %w", err)
 	}
-	samples, err := parseSamples(strings.NewReader(string(body)), "apiserver_request_total")
+	samples, err := parseSamples(strings.NewReader(string(body)), "apiserver_request_total", "apiserver_watch_events_total", "apiserver_watch_events_sizes_sum")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return writesByResource(samples), nil
+	writes = writesByResource(samples)
+	reads = map[apiKey]float64{}
+	for _, s := range samples {
+		res := s.labels["resource"]
+		if res == "" {
+			res = s.labels["kind"]
+		}
+		switch s.name {
+		case "apiserver_watch_events_total":
+			reads[apiKey{verb: "WATCH EVENTS", resource: res}] += s.value
+			continue
+		case "apiserver_watch_events_sizes_sum":
+			reads[apiKey{verb: "WATCH BYTES", resource: res}] += s.value
+			continue
+		}
+		if sub := s.labels["subresource"]; sub != "" {
+			res += "/" + sub
+		}
+		switch s.labels["verb"] {
+		case "GET", "LIST", "WATCH":
+			reads[apiKey{verb: s.labels["verb"], resource: res}] += s.value
+		}
+	}
+	return writes, reads, nil
 }
 
 // writesByResource sums the mutating requests of apiserver_request_total samples by verb and
@@ -178,6 +202,9 @@ func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (map[apiKey]f
 func writesByResource(samples []sample) map[apiKey]float64 {
 	out := map[apiKey]float64{}
 	for _, s := range samples {
+		if s.name != "" && s.name != "apiserver_request_total" {
+			continue
+		}
 		verb := s.labels["verb"]
 		switch verb {
 		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":

@@ -177,13 +177,21 @@ func writeAPIAndChecks(p func(string, ...any), results []*result) {
 	}
 	p("\n")
 
-	p("\nCPU seconds used over the window (2 CPUs shared by all):\n\n")
-	p("| pipelines | service type | contender | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	writeReads(p, results)
+
+	p("\nCPU seconds used over the window (2 CPUs shared by all), their total, and the total per pipeline:\n\n")
+	p("| pipelines | service type | contender | load avg at start | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator | total | ms per pipeline |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		p("| %d | %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.mode, contenderName(r), r.load1,
+		total := r.operatorCPU
+		for _, d := range r.planeCPU {
+			total += d
+		}
+		p("| %d | %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.n, r.mode, contenderName(r), r.load1,
 			r.planeCPU["kube-apiserver"].Seconds(), r.planeCPU["etcd"].Seconds(), r.planeCPU["kube-controller-manager"].Seconds(),
-			r.planeCPU["kube-scheduler"].Seconds(), r.planeCPU["kwok-controller"].Seconds(), r.operatorCPU.Seconds())
+			r.planeCPU["kube-scheduler"].Seconds(), r.planeCPU["kwok-controller"].Seconds(), r.operatorCPU.Seconds(),
+			total.Seconds(), 1000*total.Seconds()/float64(r.n))
 	}
+	writeRestCPU(p, results)
 
 	p("\nChecks: ")
 	for i, r := range results {
@@ -209,4 +217,75 @@ func byMethod(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeRestCPU writes the CPU every component used per second at rest, during the settle after all
+// were Ready: the part of a window's CPU that grows with its length rather than with the work.
+func writeRestCPU(p func(string, ...any), results []*result) {
+	results = slices.DeleteFunc(slices.Clone(results), func(r *result) bool { return r.restFor == 0 })
+	if len(results) == 0 {
+		return
+	}
+	p("\nCPU at rest, during the settle after all were Ready (CPU-seconds per second; no writes but the trailing ones above):\n\n")
+	p("| pipelines | service type | contender | settle (s) | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok-controller | operator |\n|--:|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		rate := func(k string) float64 { return r.restCPU[k].Seconds() / r.restFor.Seconds() }
+		p("| %d | %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", r.n, r.mode, contenderName(r), r.restFor.Seconds(),
+			rate("kube-apiserver"), rate("etcd"), rate("kube-controller-manager"), rate("kube-scheduler"), rate("kwok-controller"), rate("operator"))
+	}
+}
+
+// writeReads writes the reads the apiserver served over the window and the watch events it sent,
+// per pipeline, from and to every client: what a contender costs the apiserver beside its writes.
+func writeReads(p func(string, ...any), results []*result) {
+	keys := map[apiKey]bool{}
+	for _, r := range results {
+		for k, v := range r.apiReads {
+			if v/float64(r.n) >= 0.005 {
+				keys[k] = true
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	p("\nReads the apiserver served over the window (GET, LIST, WATCH requests opened) and the watch events it sent (WATCH EVENTS, and their WATCH BYTES in KiB), per pipeline, from and to every client, by resource:\n\n")
+	sorted := slices.SortedFunc(maps.Keys(keys), func(a, b apiKey) int {
+		if c := strings.Compare(a.resource, b.resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.verb, b.verb)
+	})
+	p("| resource | verb |")
+	for _, r := range results {
+		p(" %d %s %s |", r.n, r.mode, contenderName(r))
+	}
+	p("\n|---|---|%s\n", strings.Repeat("--:|", len(results)))
+	for _, k := range sorted {
+		p("| %s | %s |", k.resource, k.verb)
+		for _, r := range results {
+			v := r.apiReads[k] / float64(r.n)
+			if k.verb == "WATCH BYTES" {
+				v /= 1024
+			}
+			p(" %.2f |", v)
+		}
+		p("\n")
+	}
+	for _, verb := range []string{"WATCH EVENTS", "WATCH BYTES"} {
+		p("| **all watch %s** | |", strings.ToLower(strings.TrimPrefix(verb, "WATCH ")))
+		for _, r := range results {
+			var t float64
+			for k, v := range r.apiReads {
+				if k.verb == verb {
+					t += v
+				}
+			}
+			if verb == "WATCH BYTES" {
+				t /= 1024
+			}
+			p(" **%.2f** |", t/float64(r.n))
+		}
+		p("\n")
+	}
 }
