@@ -67,6 +67,10 @@ type Reconciler struct {
 	// Namespaces are the namespaces the manager's cache watches, all when empty: the controller
 	// lists and watches the Services and EndpointSlices of those itself (recordSource).
 	Namespaces []string
+	// NamespaceSources, when set, makes the namespaces of the Service and EndpointSlice sources
+	// come and go at runtime (--sharding): each source is handed to it, and watches nothing until
+	// its AddNamespace.
+	NamespaceSources func(NamespaceSource)
 
 	serviceProblems sync.Map // binding key → the Service problem (reason and message) last recorded as an Event
 	pace            conveyorstatus.Pace
@@ -99,19 +103,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	serviceSource := &recordSource{kind: "services", object: &corev1.Service{}, namespaces: r.Namespaces, listWatch: services,
+		newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+			return newServiceStore(&r.services, ns, enqueue)
+		}, dynamic: r.NamespaceSources != nil, forget: r.services.forget}
+	sliceSource := &recordSource{kind: "endpointslices", object: &discoveryv1.EndpointSlice{}, namespaces: r.Namespaces, listWatch: slices,
+		newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+			return newSliceStore(&r.endpoints, ns, enqueue)
+		}, dynamic: r.NamespaceSources != nil, forget: r.endpoints.forget}
+	if r.NamespaceSources != nil {
+		r.NamespaceSources(serviceSource)
+		r.NamespaceSources(sliceSource)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipelinebinding").
 		// The binding's own status patches trigger nothing: only a new spec, a create or a delete.
 		For(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(&recordSource{kind: "services", object: &corev1.Service{}, namespaces: r.Namespaces, listWatch: services,
-			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
-				return newServiceStore(&r.services, ns, enqueue)
-			}}).
+		WatchesRawSource(serviceSource).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToBindings), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WatchesRawSource(&recordSource{kind: "endpointslices", object: &discoveryv1.EndpointSlice{}, namespaces: r.Namespaces, listWatch: slices,
-			newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
-				return newSliceStore(&r.endpoints, ns, enqueue)
-			}}).
+		WatchesRawSource(sliceSource).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToBindings), builder.WithPredicates(workerPodPredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(withGate(r, r.Gate))

@@ -144,6 +144,22 @@ func (e *endpointRecords) set(key types.NamespacedName, rec sliceRecord, ok bool
 	return changed
 }
 
+// forget drops the records of a namespace.
+func (e *endpointRecords) forget(namespace string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key := range e.slices {
+		if key.Namespace == namespace {
+			delete(e.slices, key)
+		}
+	}
+	for svc := range e.byService {
+		if svc.Namespace == namespace {
+			delete(e.byService, svc)
+		}
+	}
+}
+
 // keysIn lists the recorded slices of a namespace, of every namespace when it is empty.
 func (e *endpointRecords) keysIn(namespace string) []types.NamespacedName {
 	e.mu.RLock()

@@ -44,30 +44,73 @@ func newListOnce() listOnce { return listOnce{ch: make(chan struct{})} }
 func (l *listOnce) done()                   { l.once.Do(func() { close(l.ch) }) }
 func (l *listOnce) listed() <-chan struct{} { return l.ch }
 
+// NamespaceSource is a source whose namespaces are added and removed at runtime: with
+// --sharding, the operator adds a namespace when this replica takes its bucket and removes it
+// when the replica lets the bucket go (pkg/operator's Sharder).
+type NamespaceSource interface {
+	// AddNamespace starts watching the namespace and returns once it has listed it.
+	AddNamespace(ctx context.Context, namespace string) error
+	// RemoveNamespace stops watching the namespace and forgets what it held of it in one step,
+	// enqueueing nothing.
+	RemoveNamespace(namespace string)
+}
+
 // recordSource is a controller source that runs a reflector per watched namespace (one for all
 // when none is named) into stores of records. The controller starts its workers once every
-// reflector has listed (WaitForSync).
+// reflector has listed (WaitForSync). A dynamic source starts none: its namespaces come and go
+// through AddNamespace and RemoveNamespace.
 type recordSource struct {
 	kind       string
 	object     runtime.Object
 	namespaces []string
 	listWatch  func(namespace string) toolscache.ListerWatcher
 	newStore   func(namespace string, enqueue func(types.NamespacedName)) recordStore
+	// dynamic sources forget a removed namespace's records with forget.
+	dynamic bool
+	forget  func(namespace string)
 
-	mu     sync.Mutex
-	stores []recordStore
+	mu      sync.Mutex
+	stores  []recordStore
+	ctx     context.Context
+	enqueue func(types.NamespacedName)
+	started chan struct{}
+	running map[string]*nsReflector
 }
 
-var _ source.SyncingSource = &recordSource{}
+// nsReflector is the reflector of one namespace of a dynamic source.
+type nsReflector struct {
+	cancel context.CancelFunc
+	store  *closableStore
+}
+
+var (
+	_ source.SyncingSource = &recordSource{}
+	_ NamespaceSource      = &recordSource{}
+)
+
+func (s *recordSource) init() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started == nil {
+		s.started = make(chan struct{})
+		s.running = map[string]*nsReflector{}
+	}
+}
 
 func (s *recordSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s.init()
+	enqueue := func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) }
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx, s.enqueue = ctx, enqueue
+	close(s.started)
+	if s.dynamic {
+		return nil
+	}
 	namespaces := s.namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	enqueue := func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) }
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, ns := range namespaces {
 		store := s.newStore(ns, enqueue)
 		s.stores = append(s.stores, store)
@@ -78,7 +121,82 @@ func (s *recordSource) Start(ctx context.Context, q workqueue.TypedRateLimitingI
 	return nil
 }
 
-// WaitForSync returns once every reflector has listed.
+// AddNamespace starts the namespace's reflector (once the controller has started the source) and
+// waits until it has listed.
+func (s *recordSource) AddNamespace(ctx context.Context, namespace string) error {
+	s.init()
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	nr := s.running[namespace]
+	if nr == nil {
+		rctx, cancel := context.WithCancel(s.ctx)
+		nr = &nsReflector{cancel: cancel, store: &closableStore{recordStore: s.newStore(namespace, s.enqueue)}}
+		s.running[namespace] = nr
+		r := toolscache.NewReflectorWithOptions(s.listWatch(namespace), s.object, nr.store,
+			toolscache.ReflectorOptions{Name: "pipelinebinding " + s.kind + " " + namespace})
+		go r.RunWithContext(rctx)
+	}
+	s.mu.Unlock()
+	select {
+	case <-nr.store.listed():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s of pipelines in %s not listed: %w", s.kind, namespace, ctx.Err())
+	}
+}
+
+// RemoveNamespace stops the namespace's reflector; once it returns no record of the namespace is
+// left and none comes back.
+func (s *recordSource) RemoveNamespace(namespace string) {
+	s.init()
+	s.mu.Lock()
+	nr := s.running[namespace]
+	delete(s.running, namespace)
+	s.mu.Unlock()
+	if nr != nil {
+		nr.cancel()
+		nr.store.close()
+	}
+	if s.forget != nil {
+		s.forget(namespace)
+	}
+}
+
+// closableStore passes a reflector's calls to its store until close: a reflector stops some time
+// after its context ends, and what it delivers meanwhile must not bring a removed namespace back.
+type closableStore struct {
+	recordStore
+	mu     sync.RWMutex
+	closed bool
+}
+
+func (c *closableStore) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+func (c *closableStore) do(f func() error) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil
+	}
+	return f()
+}
+
+func (c *closableStore) Add(obj any) error    { return c.do(func() error { return c.recordStore.Add(obj) }) }
+func (c *closableStore) Update(obj any) error { return c.do(func() error { return c.recordStore.Update(obj) }) }
+func (c *closableStore) Delete(obj any) error { return c.do(func() error { return c.recordStore.Delete(obj) }) }
+func (c *closableStore) Replace(list []any, rv string) error {
+	return c.do(func() error { return c.recordStore.Replace(list, rv) })
+}
+
+// WaitForSync returns once every reflector has listed (a dynamic source has none at the start).
 func (s *recordSource) WaitForSync(ctx context.Context) error {
 	s.mu.Lock()
 	stores := slices.Clone(s.stores)

@@ -146,6 +146,17 @@ func (s *serviceRecords) set(key types.NamespacedName, rec serviceRecord, ok boo
 	return true
 }
 
+// forget drops the records of a namespace.
+func (s *serviceRecords) forget(namespace string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.services {
+		if key.Namespace == namespace {
+			delete(s.services, key)
+		}
+	}
+}
+
 func (s *serviceRecords) keysIn(namespace string) []types.NamespacedName {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

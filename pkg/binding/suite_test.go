@@ -13,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -144,5 +146,89 @@ func TestControllerRecordsServicesAndSlicesPastTheCache(t *testing.T) {
 		if err := mgr.GetCache().List(ctx, list, client.InNamespace(ns)); !errors.As(err, &notCached) {
 			t.Errorf("the manager's cache holds %T (List: %v); the binding controller should keep only its records", list, err)
 		}
+	}
+}
+
+// With NamespaceSources set (--sharding) the binding controller's Services and EndpointSlices
+// follow the namespaces the operator adds and removes at runtime: nothing before AddNamespace, the
+// namespace's records after it, none left after RemoveNamespace, and none coming back from a
+// change made while it is removed.
+func TestControllerRecordsFollowTheNamespacesAdded(t *testing.T) {
+	testenv.NeedEnv(t, envCfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	api, err := client.New(envCfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NewNamespace(t, api, "", testenv.DeleteAfterTest())
+	pipeline := map[string]string{schedulingv1alpha1.PipelineLabel: "p"}
+	service := func(name string) {
+		t.Helper()
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: pipeline},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		if err := api.Create(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	service("p-a")
+
+	mgr, err := ctrl.NewManager(envCfg, ctrl.Options{Scheme: testenv.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:      opcache.Options(cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}}) // another test's controller has the name
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetupIndexes(ctx, mgr); err != nil {
+		t.Fatal(err)
+	}
+	var sources []NamespaceSource
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("test"),
+		Allocator: noClassBindings{}, NamespaceSources: func(s NamespaceSource) { sources = append(sources, s) }}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	if len(sources) != 2 {
+		t.Fatalf("%d namespace sources handed over, want the Services' and the EndpointSlices'", len(sources))
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	// AddNamespace waits for the controller to start its sources; the manager starts it.
+	time.Sleep(200 * time.Millisecond)
+	if svc := r.services.get(ns, "p-a"); svc != nil {
+		t.Fatalf("a Service is recorded before its namespace was added: %v", svc)
+	}
+	for _, s := range sources {
+		if err := s.AddNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if svc := r.services.get(ns, "p-a"); svc == nil {
+		t.Fatal("AddNamespace returned before the namespace's Services were recorded")
+	}
+	for _, s := range sources {
+		s.RemoveNamespace(ns)
+	}
+	if keys := r.services.keysIn(ns); len(keys) != 0 {
+		t.Fatalf("records left after RemoveNamespace: %v", keys)
+	}
+	service("p-b") // made while the namespace is removed
+	time.Sleep(500 * time.Millisecond)
+	if keys := r.services.keysIn(ns); len(keys) != 0 {
+		t.Fatalf("records came back after RemoveNamespace: %v", keys)
+	}
+	for _, s := range sources {
+		if err := s.AddNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.services.get(ns, "p-a") == nil || r.services.get(ns, "p-b") == nil {
+		t.Fatalf("adding the namespace again lists it afresh: records %v", r.services.keysIn(ns))
 	}
 }

@@ -67,7 +67,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up workerset controller: %w", err)
 	}
-	alloc, err := pipeline.Setup(ctx, mgr, pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Gate: gate, Namespaces: opts.Namespaces})
+	popts := pipeline.SetupOptions{Concurrency: opts.PipelineConcurrency, DeadEndGrace: opts.DeadEndGrace, Gate: gate, Namespaces: opts.Namespaces}
+	if sharder != nil {
+		popts.NamespaceSources = sharder.AddNamespaceSource
+	}
+	alloc, err := pipeline.Setup(ctx, mgr, popts)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/conveyor-dev/conveyor/pkg/binding"
 	"github.com/conveyor-dev/conveyor/pkg/shard"
 )
 
@@ -104,6 +105,44 @@ type Sharder struct {
 	nsLocks map[string]*sync.Mutex
 	// namespacesSynced says the Namespace watch has listed every namespace.
 	namespacesSynced func() bool
+	// sources are watches of their own that a namespace's load starts and its unload stops,
+	// beside the cache's (the binding controller's Service and EndpointSlice records).
+	sources []binding.NamespaceSource
+}
+
+// AddNamespaceSource adds a source whose namespaces follow this replica's, as the cache's do.
+// Call it before Start.
+func (s *Sharder) AddNamespaceSource(src binding.NamespaceSource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sources = append(s.sources, src)
+}
+
+// addNamespace starts the namespace's informers and sources and waits until they have listed.
+func (s *Sharder) addNamespace(ctx context.Context, ns string) error {
+	if err := s.opts.Cache.AddNamespace(ctx, ns); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	sources := slices.Clone(s.sources)
+	s.mu.Unlock()
+	for _, src := range sources {
+		if err := src.AddNamespace(ctx, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeNamespace stops the namespace's sources and informers and forgets what they held.
+func (s *Sharder) removeNamespace(ns string) {
+	s.mu.Lock()
+	sources := slices.Clone(s.sources)
+	s.mu.Unlock()
+	for _, src := range sources {
+		src.RemoveNamespace(ns)
+	}
+	s.opts.Cache.RemoveNamespace(ns)
 }
 
 // NewSharder returns a Sharder and its replica; Start runs them. SetAllocator must be called
@@ -245,7 +284,7 @@ func (s *Sharder) unloadDeleted(ns string) {
 	s.mu.Unlock()
 	if was {
 		s.alloc.DropNamespace(ns)
-		s.opts.Cache.RemoveNamespace(ns)
+		s.removeNamespace(ns)
 	}
 }
 
@@ -277,9 +316,9 @@ func (s *Sharder) load(ctx context.Context, b int, gen uint64, ns string) error 
 		return nil
 	}
 	s.alloc.AdmitNamespace(ns)
-	if err := s.opts.Cache.AddNamespace(ctx, ns); err != nil {
+	if err := s.addNamespace(ctx, ns); err != nil {
 		s.alloc.DropNamespace(ns)
-		s.opts.Cache.RemoveNamespace(ns)
+		s.removeNamespace(ns)
 		return fmt.Errorf("load namespace %s: %w", ns, err)
 	}
 	s.mu.Lock()
@@ -290,7 +329,7 @@ func (s *Sharder) load(ctx context.Context, b int, gen uint64, ns string) error 
 	s.mu.Unlock()
 	if !current {
 		s.alloc.DropNamespace(ns)
-		s.opts.Cache.RemoveNamespace(ns)
+		s.removeNamespace(ns)
 	}
 	return nil
 }
@@ -362,7 +401,7 @@ func (s *Sharder) Drop(b int) {
 	s.mu.Unlock()
 	for _, ns := range nss {
 		s.alloc.DropNamespace(ns)
-		s.opts.Cache.RemoveNamespace(ns)
+		s.removeNamespace(ns)
 	}
 	// The fence refuses the bucket's namespaces now; the bucket's Lease is released after Drop
 	// returns, so every write that went out before must have been answered first.

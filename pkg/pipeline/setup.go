@@ -28,6 +28,9 @@ type SetupOptions struct {
 	Namespaces []string
 	// Gate, when set, wraps every controller's reconciler (the sharded operator's ownership gate).
 	Gate func(reconcile.Reconciler) reconcile.Reconciler
+	// NamespaceSources, when set, receives the sources whose namespaces come and go at runtime
+	// (the binding controller's Services and EndpointSlices, with --sharding).
+	NamespaceSources func(binding.NamespaceSource)
 }
 
 // Setup registers this package's cache indexes, the allocator's informer handlers and the
@@ -58,7 +61,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := (&binding.Reconciler{
 		Client: c, Allocator: alloc, Recorder: mgr.GetEventRecorder("pipelinebinding-controller"),
 		MaxConcurrentReconciles: opts.Concurrency, DeadEndGrace: opts.DeadEndGrace, APIReader: mgr.GetAPIReader(), Expected: expected, Gate: opts.Gate,
-		Namespaces: opts.Namespaces,
+		Namespaces: opts.Namespaces, NamespaceSources: opts.NamespaceSources,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipelinebinding controller: %w", err)
 	}
