@@ -189,9 +189,15 @@ func (c *closableStore) do(f func() error) error {
 	return f()
 }
 
-func (c *closableStore) Add(obj any) error    { return c.do(func() error { return c.recordStore.Add(obj) }) }
-func (c *closableStore) Update(obj any) error { return c.do(func() error { return c.recordStore.Update(obj) }) }
-func (c *closableStore) Delete(obj any) error { return c.do(func() error { return c.recordStore.Delete(obj) }) }
+func (c *closableStore) Add(obj any) error {
+	return c.do(func() error { return c.recordStore.Add(obj) })
+}
+func (c *closableStore) Update(obj any) error {
+	return c.do(func() error { return c.recordStore.Update(obj) })
+}
+func (c *closableStore) Delete(obj any) error {
+	return c.do(func() error { return c.recordStore.Delete(obj) })
+}
 func (c *closableStore) Replace(list []any, rv string) error {
 	return c.do(func() error { return c.recordStore.Replace(list, rv) })
 }
