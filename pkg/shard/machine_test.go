@@ -1,6 +1,9 @@
 package shard
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // obs builds an observation: o().mine().wanted() and so on keep the cases one line each.
 type obs struct{ observation }
@@ -91,5 +94,31 @@ func TestDecideNeverWritesWithoutHolding(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestEarliestExpiry(t *testing.T) {
+	tm := DefaultTimings() // 2 s renewals, 6 s lease, 2 s margin: a Lease is dead 8 s after its last change
+	now := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	tests := []struct {
+		name  string
+		since []time.Time
+		want  time.Duration // from now; 0 for none
+	}{
+		{"nothing watched", nil, 0},
+		{"never seen", []time.Time{{}}, 0},
+		{"dead within the next tick", []time.Time{ago(7 * time.Second)}, time.Second + time.Millisecond},
+		{"the earliest of several", []time.Time{ago(6500 * time.Millisecond), ago(7500 * time.Millisecond), ago(time.Second)}, 500*time.Millisecond + time.Millisecond},
+		{"already dead: the pass that runs now takes it", []time.Time{ago(9 * time.Second)}, 0},
+		{"dead only after the next tick", []time.Time{ago(5 * time.Second)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			at, ok := earliestExpiry(now, tt.since, tm)
+			if ok != (tt.want != 0) || (ok && at.Sub(now) != tt.want) {
+				t.Errorf("earliestExpiry = %v, %v; want %v from now", at.Sub(now), ok, tt.want)
+			}
+		})
 	}
 }

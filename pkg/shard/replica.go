@@ -336,13 +336,59 @@ func (r *Replica) loop(ctx, runCtx context.Context) {
 		if done {
 			return
 		}
+		// A watched Lease that runs out of time before the next tick is looked at when it does:
+		// a dead member is taken, and its buckets moved, without waiting up to a tick more.
+		var expiry <-chan time.Time
+		var timer *time.Timer
+		if at, ok := earliestExpiry(time.Now(), r.watchedSince(), r.t); ok {
+			timer = time.NewTimer(time.Until(at))
+			expiry = timer.C
+		}
+		stop := false
 		select {
 		case <-ctx.Done():
-			return
+			stop = true
 		case <-r.kick:
 		case <-tick.C:
+		case <-expiry:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if stop {
+			return
 		}
 	}
+}
+
+// watchedSince returns when this replica last saw each watched Lease change (the ring and every
+// member's). Called from the loop, which alone updates them.
+func (r *Replica) watchedSince() []time.Time {
+	out := []time.Time{r.ring.seen.at}
+	for _, s := range r.coord.seen {
+		out = append(out, s.at)
+	}
+	return out
+}
+
+// earliestExpiry returns the first moment after now at which a Lease last seen changing at one
+// of since will have been silent for LeaseDuration + Margin (deadFor), if one comes before the
+// next renew interval; false otherwise.
+func earliestExpiry(now time.Time, since []time.Time, t Timings) (time.Time, bool) {
+	var best time.Time
+	for _, at := range since {
+		if at.IsZero() {
+			continue
+		}
+		due := at.Add(t.LeaseDuration + t.Margin + time.Millisecond) // deadFor is strict
+		if !due.After(now) || due.Sub(now) >= t.RenewInterval {
+			continue
+		}
+		if best.IsZero() || due.Before(best) {
+			best = due
+		}
+	}
+	return best, !best.IsZero()
 }
 
 // reconcile runs one pass: expulsion, the ring, the coordinator's work, then every bucket. It
