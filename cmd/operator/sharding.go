@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/conveyor-dev/conveyor/pkg/operator"
+	"github.com/conveyor-dev/conveyor/pkg/operator/nscache"
 	"github.com/conveyor-dev/conveyor/pkg/shard"
 )
 
@@ -26,10 +27,10 @@ type shardCache interface {
 }
 
 // newShardCache builds it, and isNamespaceNotCached recognises its answer for a namespace it does
-// not hold; both are set by the build that links the cache (nscache.go), nil otherwise.
+// not hold.
 var (
-	newShardCache        func(cfg *rest.Config, opts cache.Options) (shardCache, error)
-	isNamespaceNotCached func(error) bool
+	newShardCache        = func(cfg *rest.Config, opts cache.Options) (shardCache, error) { return nscache.New(cfg, opts) }
+	isNamespaceNotCached = nscache.IsNamespaceNotCached
 )
 
 // inClusterNamespaceFile holds the namespace of the Pod the operator runs in.
@@ -68,9 +69,6 @@ func leaseNamespace(flagValue string) (string, error) {
 // newShardSetup names the replica in its requests (so an audit log tells the replicas apart) and
 // puts the per-namespace write fence on the manager's transport.
 func newShardSetup(cfg *rest.Config, opts options) (*shardSetup, error) {
-	if newShardCache == nil {
-		return nil, errors.New("--sharding: this build has no per-namespace cache (pkg/operator/nscache)")
-	}
 	if opts.shardID == "" {
 		return nil, errors.New("--sharding: --shard-id is empty and neither $POD_NAME nor the host name is set")
 	}
