@@ -392,17 +392,15 @@ func (r *run) terminate(ctx context.Context, victim *replica, rolling bool) erro
 	return r.exited(ctx, victim)
 }
 
-// kill SIGKILLs the victim, and starts another replica when fewer than MinReplicas are left.
+// kill SIGKILLs the victim and starts a replacement at once, as a Deployment replaces a Pod that
+// died: the number of replicas changes only in graceful rounds.
 func (r *run) kill(ctx context.Context, victim *replica) error {
 	if err := r.probeVictim(ctx, victim, func() error { return victim.proc.Signal(syscall.SIGKILL) }); err != nil {
 		return err
 	}
 	<-victim.proc.Exited()
 	r.forget(victim)
-	if len(r.live) < r.opts.MinReplicas {
-		return r.join(ctx)
-	}
-	return nil
+	return r.join(ctx)
 }
 
 // stop SIGSTOPs the victim past its lease, resumes it once its buckets have other owners, and
