@@ -98,6 +98,8 @@ type Report struct {
 	// of a new owner (the old owner placed the probe before it let go).
 	Gaps      map[string][]time.Duration
 	NoGap     map[string]int
+	// Longest are the probes with the longest gaps (at most three per kind), for a closer look.
+	Longest []string
 	Ownership OwnershipReport
 	// Events and Violations are the checker's: watch events seen, and invariant violations (a
 	// worker over capacity, more Pods than asked).
@@ -131,6 +133,9 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "%-11s %7d %7d %8s %8s %8s %6d\n", k, r.Rounds[k], len(g), pct(g, 50), pct(g, 99), pct(g, 100), r.NoGap[k])
 	}
+	for _, v := range r.Longest {
+		fmt.Fprintf(&b, "  long gap: %s\n", v)
+	}
 	for _, v := range r.Ownership.NonOwner {
 		fmt.Fprintf(&b, "  non-owner write: %s\n", v)
 	}
@@ -159,6 +164,11 @@ const (
 	load         = 10
 	perNamespace = 13 // 13 pipelines × 2 stages × 10 = 260 of 300: about 90%
 )
+
+type probeGap struct {
+	p   Probe
+	gap time.Duration
+}
 
 type replica struct {
 	id      string
@@ -716,9 +726,23 @@ func (r *run) analyse() error {
 		return err
 	}
 	r.rep.Ownership = CheckOwnership(h, writes, r.opts.LeaseNamespace)
+	var long []probeGap
+	defer func() {
+		sort.Slice(long, func(i, j int) bool { return long[i].gap > long[j].gap })
+		shown := map[string]int{}
+		for _, l := range long {
+			if shown[l.p.Kind] < 3 {
+				shown[l.p.Kind]++
+				r.rep.Longest = append(r.rep.Longest, fmt.Sprintf("%s %.2fs: %s/%s (bucket %d) held by %s, probe made %s, signal %s",
+					l.p.Kind, l.gap.Seconds(), l.p.Namespace, l.p.Pipeline, shard.BucketOf(l.p.Namespace), l.p.Victim,
+					l.p.Created.UTC().Format("15:04:05.000"), l.p.Signal.UTC().Format("15:04:05.000")))
+			}
+		}
+	}()
 	for _, p := range r.probes {
 		if g, ok := Gap(p, h, writes); ok {
 			r.rep.Gaps[p.Kind] = append(r.rep.Gaps[p.Kind], g)
+			long = append(long, probeGap{p, g})
 		} else {
 			r.rep.NoGap[p.Kind]++
 		}
