@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,8 +32,9 @@ func main() {
 	namespaces := flag.Int("namespaces", 20, "namespaces of pipelines")
 	maxReplicas := flag.Int("max-replicas", 5, "most replicas at once (the fewest is 2)")
 	logs := flag.String("logs", "", "directory for the replicas' logs (default: a temporary directory, removed)")
+	operatorArgs := flag.String("operator-args", "", "space-separated arguments added to every replica's command line, e.g. --v=2")
 	flag.Parse()
-	if err := run(*seed, *rounds, *namespaces, *maxReplicas, *logs); err != nil {
+	if err := run(*seed, *rounds, *namespaces, *maxReplicas, *logs, strings.Fields(*operatorArgs)); err != nil {
 		fmt.Fprintln(os.Stderr, "torture:", err)
 		os.Exit(1)
 	}
@@ -44,7 +46,7 @@ func logf(format string, args ...any) {
 
 const leaseNamespace = "conveyor-system"
 
-func run(seed uint64, rounds, namespaces, maxReplicas int, logs string) error {
+func run(seed uint64, rounds, namespaces, maxReplicas int, logs string, operatorArgs []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	root, err := cluster.RepoRoot()
@@ -89,7 +91,7 @@ func run(seed uint64, rounds, namespaces, maxReplicas int, logs string) error {
 	defer ch.Stop()
 	rep, err := torture.Run(ctx, c.Client(), ch, torture.Options{
 		Bin: bin, Kubeconfig: c.Kubeconfig(), AuditLog: auditLog, LogDir: logs, LeaseNamespace: leaseNamespace,
-		Namespaces: namespaces, Rounds: rounds, Seed: seed, MaxReplicas: maxReplicas, Logf: logf,
+		Namespaces: namespaces, Rounds: rounds, Seed: seed, MaxReplicas: maxReplicas, Logf: logf, OperatorArgs: operatorArgs,
 	})
 	if rep != nil {
 		fmt.Print(rep.Summary())

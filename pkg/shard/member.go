@@ -112,6 +112,7 @@ func (r *Replica) renewOnce(ctx context.Context) {
 	if expelled {
 		return // the main loop starts a new incarnation first
 	}
+	start := time.Now()
 	weights := map[int]int{}
 	for _, b := range owned {
 		weights[b] = 0
@@ -119,6 +120,14 @@ func (r *Replica) renewOnce(ctx context.Context) {
 			weights[b] = r.cfg.Weight(b)
 		}
 	}
+	if d := time.Since(start); d > r.t.RenewInterval/2 {
+		r.log.Info("Weighing the buckets held up a renewal of the member Lease", "took", d.Round(time.Millisecond), "buckets", len(owned))
+	}
+	defer func() {
+		if d := time.Since(start); d > r.t.RenewInterval {
+			r.log.Info("A renewal of the member Lease was slow", "took", d.Round(time.Millisecond))
+		}
+	}()
 	m := &r.member
 	leases := r.cfg.Client.CoordinationV1().Leases(r.cfg.Namespace)
 	if !m.joined {

@@ -67,6 +67,8 @@ type Options struct {
 	Timeout time.Duration
 	// Logf receives progress.
 	Logf func(format string, args ...any)
+	// OperatorArgs are added to every replica's command line (e.g. --v=2).
+	OperatorArgs []string
 }
 
 func (o *Options) defaults() {
@@ -299,6 +301,7 @@ func (r *run) start() (*replica, error) {
 		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--custom-metrics-port=0",
 	}
+	args = append(args, r.opts.OperatorArgs...)
 	p, err := crash.StartProc("replica "+id, r.opts.Bin, args, filepath.Join(r.opts.LogDir, "replica-"+id+".log"))
 	if err != nil {
 		return nil, err
@@ -361,6 +364,11 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 		*kindp = kind
 	}
 	r.kind, r.victim, r.signal, r.probed = kind, victim.id, time.Now(), map[int]bool{}
+	if kind != KindScaleUp {
+		r.opts.Logf("round: %s of %s", kind, victim.id)
+	} else {
+		r.opts.Logf("round: %s", kind)
+	}
 	var err error
 	switch kind {
 	case KindScaleUp:
