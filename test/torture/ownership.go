@@ -3,7 +3,6 @@ package torture
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -208,11 +207,14 @@ func Gap(p Probe, h History, writes []crash.Write) (time.Duration, bool) {
 		// The victim's holding that covered the probe's creation ends with the release.
 		hd, ok := h.holding(b, p.Created)
 		if !ok || hd.Replica != p.Victim {
-			// Released before the probe was made: the holding that ended last before it.
-			i := slices.IndexFunc(h[b], func(x Holding) bool {
-				return x.Replica == p.Victim && !x.To.IsZero() && !x.To.After(p.Created) && p.Created.Sub(x.To) < time.Minute
-			})
-			if i < 0 {
+			// Released before the probe was made: the victim's holding that ended last before it.
+			i := len(h[b]) - 1
+			for ; i >= 0; i-- {
+				if x := h[b][i]; x.Replica == p.Victim && !x.To.IsZero() && !x.To.After(p.Created) {
+					break
+				}
+			}
+			if i < 0 || p.Created.Sub(h[b][i].To) >= time.Minute {
 				return 0, false
 			}
 			hd = h[b][i]

@@ -3,6 +3,7 @@ package torture
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,6 +139,20 @@ func TestGap(t *testing.T) {
 		{"the victim placed the probe before it let go", Probe{Kind: KindScaleDown, Namespace: nsA, Pipeline: "p-00009", Victim: "r1", Created: at(400)}, 0, false},
 		{"nothing wrote for the probe", Probe{Kind: KindStop, Namespace: nsA, Pipeline: "p-00123", Victim: "r1", Signal: at(950), Created: at(960)}, 0, false},
 		{"graceful, the victim never held it", Probe{Kind: KindScaleUp, Namespace: nsA, Pipeline: "p-00007", Victim: "r9", Created: at(800)}, 0, false},
+	}
+	// r2 holds the bucket twice: a probe made after its second release measures from that one.
+	twice, err := BuildHistory(append(leases,
+		leaseWrite(t, 22, "", 2000, 40),   // r2 releases
+		leaseWrite(t, 22, "r1", 2100, 50), // r1 takes it
+		leaseWrite(t, 22, "", 3000, 60),   // r1 releases
+		leaseWrite(t, 22, "r2", 3050, 70), // r2 takes it again
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := append(slices.Clone(writes), named(write("r2", nsA, 3100, 201), "p-00011-first"))
+	if got, ok := Gap(Probe{Kind: KindRebalance, Namespace: nsA, Pipeline: "p-00011", Victim: "r1", Created: at(3040)}, twice, later); !ok || got != 100*time.Millisecond {
+		t.Errorf("Gap after the victim's second release = %v, %v; want 100ms from that release", got, ok)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
