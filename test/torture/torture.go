@@ -383,7 +383,37 @@ func (r *run) cause(ctx context.Context, kindp *string) error {
 	if err != nil {
 		return err
 	}
-	return r.settle(ctx, "every bucket has a running owner after "+kind)
+	if err := r.settle(ctx, "every bucket has a running owner after "+kind); err != nil {
+		return err
+	}
+	return r.probesAnswered(ctx)
+}
+
+// probesAnswered waits until an owner has written the status of every probe made in the round:
+// the round's handovers are over, so the next round's cannot stretch its gaps.
+func (r *run) probesAnswered(ctx context.Context) error {
+	var waiting []Probe
+	for i := len(r.probes) - 1; i >= 0 && r.probes[i].Created.After(r.signal.Add(-time.Second)); i-- {
+		waiting = append(waiting, r.probes[i])
+	}
+	return r.poll(ctx, "every probe of the round has a status", func(ctx context.Context) error {
+		for len(waiting) > 0 {
+			p := waiting[0]
+			pl := &schedulingv1alpha1.Pipeline{}
+			if err := r.c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Pipeline}, pl); err != nil {
+				if apierrors.IsNotFound(err) { // replaced by the churn meanwhile
+					waiting = waiting[1:]
+					continue
+				}
+				return err
+			}
+			if pl.Status.Phase == "" {
+				return fmt.Errorf("probe %s/%s has no status yet", p.Namespace, p.Pipeline)
+			}
+			waiting = waiting[1:]
+		}
+		return nil
+	})
 }
 
 // join starts a replica and waits until it holds a bucket.
