@@ -57,10 +57,6 @@ func logf(format string, args ...any) {
 func run(seed uint64, kills, pipelines, failovers, failoverPipelines int, logs string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "conveyor-crash-")
 	if err != nil {
 		return err
@@ -71,27 +67,12 @@ func run(seed uint64, kills, pipelines, failovers, failoverPipelines int, logs s
 	} else if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(crash.AuditPolicy), 0o644); err != nil {
-		return err
-	}
-	logf("building the operator")
-	bin, err := crash.BuildOperator(ctx, root, dir)
-	if err != nil {
-		return err
-	}
-	c, err := cluster.Start(ctx, cluster.Options{Name: "crash", Nodes: 2, ExtraArgs: []string{"--kube-audit-policy=" + policy}, Logf: logf})
+	logf("building the operator and starting the cluster")
+	c, bin, auditLog, err := crash.StartAudited(ctx, dir, "crash", crash.AuditPolicy, logf)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Stop() }()
-	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
-		return err
-	}
-	auditLog, err := crash.AuditLogPath(c)
-	if err != nil {
-		return err
-	}
 	ch, err := crash.NewChecker(ctx, c.RESTConfig())
 	if err != nil {
 		return err

@@ -16,12 +16,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/conveyor-dev/conveyor/test/cluster"
 	"github.com/conveyor-dev/conveyor/test/crash"
 	"github.com/conveyor-dev/conveyor/test/torture"
 )
@@ -49,10 +47,6 @@ const leaseNamespace = "conveyor-system"
 func run(seed uint64, rounds, namespaces, maxReplicas int, logs string, operatorArgs []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "conveyor-torture-")
 	if err != nil {
 		return err
@@ -63,27 +57,12 @@ func run(seed uint64, rounds, namespaces, maxReplicas int, logs string, operator
 	} else if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(torture.AuditPolicy(leaseNamespace)), 0o644); err != nil {
-		return err
-	}
-	logf("building the operator")
-	bin, err := crash.BuildOperator(ctx, root, dir)
-	if err != nil {
-		return err
-	}
-	c, err := cluster.Start(ctx, cluster.Options{Name: "torture", Nodes: 2, ExtraArgs: []string{"--kube-audit-policy=" + policy}, Logf: logf})
+	logf("building the operator and starting the cluster")
+	c, bin, auditLog, err := crash.StartAudited(ctx, dir, "torture", torture.AuditPolicy(leaseNamespace), logf)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Stop() }()
-	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
-		return err
-	}
-	auditLog, err := crash.AuditLogPath(c)
-	if err != nil {
-		return err
-	}
 	ch, err := crash.NewChecker(ctx, c.RESTConfig())
 	if err != nil {
 		return err

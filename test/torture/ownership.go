@@ -14,33 +14,18 @@ import (
 	"github.com/conveyor-dev/conveyor/test/crash"
 )
 
-// AuditPolicy returns the kube-apiserver audit policy of the torture: every Lease write in the
-// operator's namespace with the Lease the API server answered (so the log says who held each
-// bucket from when to when), and one Metadata entry per write to what the operator writes.
+// AuditPolicy returns the kube-apiserver audit policy of the torture: the failover suite's
+// (crash.AuditPolicy: one Metadata entry per write to what the operator writes), with every Lease
+// write in the operator's namespace logged with the Lease the API server answered, so the log says
+// who held each bucket from when to when. Its rule comes first: the first matching rule wins.
 func AuditPolicy(leaseNamespace string) string {
-	return `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-  - level: None
-    verbs: [get, list, watch]
-  - level: RequestResponse
+	leases := `  - level: RequestResponse
     namespaces: [` + leaseNamespace + `]
     resources:
       - group: coordination.k8s.io
         resources: [leases]
-  - level: Metadata
-    resources:
-      - group: ""
-        resources: [pods, pods/status, services, configmaps, persistentvolumeclaims]
-      - group: apps
-        resources: [controllerrevisions]
-      - group: autoscaling
-        resources: [horizontalpodautoscalers]
-      - group: apps.conveyor.dev
-      - group: scheduling.conveyor.dev
-  - level: None
 `
+	return strings.Replace(crash.AuditPolicy, "  - level: Metadata\n", leases+"  - level: Metadata\n", 1)
 }
 
 // userAgentPrefix starts the user agent of a replica run with --sharding: conveyor-operator/<id>.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,5 +162,13 @@ func TestGap(t *testing.T) {
 				t.Errorf("Gap = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+func TestAuditPolicyLogsTheLeasesFirst(t *testing.T) {
+	p := AuditPolicy(leaseNS)
+	rr, md := strings.Index(p, "level: RequestResponse"), strings.Index(p, "level: Metadata")
+	if rr < 0 || md < 0 || rr > md || !strings.Contains(p, "namespaces: ["+leaseNS+"]") {
+		t.Errorf("the Lease rule must come before the Metadata rule, limited to %s:\n%s", leaseNS, p)
 	}
 }

@@ -98,10 +98,10 @@ type Report struct {
 	Rounds map[string]int // handovers caused, by kind
 	// Gaps are the handover gaps by kind; NoGap counts the probes whose namespace showed no write
 	// of a new owner (the old owner placed the probe before it let go).
-	Gaps      map[string][]time.Duration
-	NoGap     map[string]int
+	Gaps  map[string][]time.Duration
+	NoGap map[string]int
 	// Longest are the probes with the longest gaps (at most three per kind), for a closer look.
-	Longest []string
+	Longest   []string
 	Ownership OwnershipReport
 	// Events and Violations are the checker's: watch events seen, and invariant violations (a
 	// worker over capacity, more Pods than asked).

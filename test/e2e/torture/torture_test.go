@@ -37,21 +37,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(torture.AuditPolicy(leaseNamespace)), 0o644); err != nil {
+	opts, err := crash.AuditedOptions(dir, "torture", torture.AuditPolicy(leaseNamespace))
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	opts := cluster.Options{Name: "torture", Nodes: 2, ExtraArgs: []string{"--kube-audit-policy=" + policy}}
 	code := cluster.Main(m, opts, func(ctx context.Context, c *cluster.Cluster) error {
 		env = c
-		if err := c.InstallCRDs(ctx, filepath.Join(c.RepoRoot(), "charts", "conveyor", "crds")); err != nil {
-			return err
-		}
-		if auditLog, err = crash.AuditLogPath(c); err != nil {
-			return err
-		}
-		operatorBin, err = crash.BuildOperator(ctx, c.RepoRoot(), dir)
+		operatorBin, auditLog, err = crash.Prepare(ctx, c, dir)
 		return err
 	})
 	_ = os.RemoveAll(dir)
