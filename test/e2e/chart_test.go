@@ -601,6 +601,30 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, fullname, ns str
 	if len(want.Rules) == 0 {
 		t.Fatalf("files/rbac/role.yaml has no rules")
 	}
+	// The generated Lease rule (the sharding protocol's Leases) goes into the election Role of the
+	// release namespace, never into the ClusterRole: the replicas' Leases live there alone.
+	isLeaseRule := func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.APIGroups, "coordination.k8s.io") && slices.Contains(r.Resources, "leases")
+	}
+	var leaseRules []rbacv1.PolicyRule
+	for _, r := range want.Rules {
+		if isLeaseRule(r) {
+			leaseRules = append(leaseRules, r)
+		}
+	}
+	want.Rules = slices.DeleteFunc(want.Rules, isLeaseRule)
+	if e := findNamespacedObject(objs, "Role", ns, fullname+"-operator-election"); e == nil {
+		t.Errorf("no Role %s-operator-election in %s", fullname, ns)
+	} else {
+		election := &rbacv1.Role{}
+		fromUnstructured(t, e, election)
+		has := grants(election.Rules)
+		for g := range grants(leaseRules) {
+			if !has[g] {
+				t.Errorf("Role %s/%s lacks %s, which the generated Lease rule grants", ns, e.GetName(), g)
+			}
+		}
+	}
 	if o := findObject(objs, "ClusterRole", fullname+"-operator"); o == nil {
 		t.Errorf("no ClusterRole %s-operator", fullname)
 	} else if watched := watchedNamespaces(objs, fullname); len(watched) == 0 {
