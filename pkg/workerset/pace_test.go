@@ -3,6 +3,7 @@ package workerset
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,8 +245,15 @@ func TestReadinessWaitsForTheDueStatusWrite(t *testing.T) {
 func TestSpecChangeStopsTheCreates(t *testing.T) {
 	set := newSet("w").Replicas(200).Obj()
 	const changeAt = 20
+	// The creates pass the interceptor one at a time (they run in parallel otherwise): the count
+	// is exact, and every create after the changeAt-th sees the spec change that one makes. Then at
+	// most changeAt-1 creates have returned when it runs, so at most maxInFlight-1 others are in
+	// flight, and every later launch finds the spec changed.
+	var mu sync.Mutex
 	creates := 0
 	c := newFakeClient(&interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		mu.Lock()
+		defer mu.Unlock()
 		if _, ok := obj.(*corev1.Pod); ok {
 			creates++
 			if creates == changeAt {
