@@ -19,20 +19,6 @@ import (
 	"github.com/conveyor-dev/conveyor/pkg/shard"
 )
 
-// shardCache is the cache the sharded operator needs: a manager cache whose namespaces are added
-// and removed at runtime (pkg/operator/nscache).
-type shardCache interface {
-	cache.Cache
-	operator.NamespaceCache
-}
-
-// newShardCache builds it, and isNamespaceNotCached recognises its answer for a namespace it does
-// not hold.
-var (
-	newShardCache        = func(cfg *rest.Config, opts cache.Options) (shardCache, error) { return nscache.New(cfg, opts) }
-	isNamespaceNotCached = nscache.IsNamespaceNotCached
-)
-
 // inClusterNamespaceFile holds the namespace of the Pod the operator runs in.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -42,7 +28,7 @@ type shardSetup struct {
 	leaseNamespace string
 	leaseCfg       *rest.Config // unfenced: the protocol's own Lease writes
 	fence          *operator.NamespaceFence
-	cache          shardCache
+	cache          *nscache.Cache // the manager's cache, per namespace
 }
 
 func defaultShardID() string {
@@ -87,7 +73,7 @@ func newShardSetup(cfg *rest.Config, opts options) (*shardSetup, error) {
 func (s *shardSetup) managerOptions(o *ctrl.Options) {
 	o.LeaderElection = false
 	o.NewCache = func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
-		c, err := newShardCache(cfg, opts)
+		c, err := nscache.New(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -112,6 +98,6 @@ func (s *shardSetup) options() (*operator.ShardOptions, error) {
 	}
 	return &operator.ShardOptions{
 		ID: s.id, LeaseNamespace: s.leaseNamespace, Clientset: cs, Metadata: md, Cache: s.cache,
-		NotCached: isNamespaceNotCached, Fence: s.fence,
+		NotCached: nscache.IsNamespaceNotCached, Fence: s.fence,
 	}, nil
 }
