@@ -147,6 +147,50 @@ func (r *Report) Summary() string {
 	return b.String()
 }
 
+// Merge adds up the reports of runs on separate clusters: rounds, gaps, probes without a gap,
+// checked writes, events and violations add up; the longest gaps, non-owner writes and violations
+// are kept with the prefix of their run; Elapsed is the longest run's. Seed is the first report's.
+func Merge(prefixes []string, reps []*Report) *Report {
+	m := &Report{Rounds: map[string]int{}, Gaps: map[string][]time.Duration{}, NoGap: map[string]int{}, Owners: map[string]int{}}
+	for i, r := range reps {
+		if r == nil {
+			continue
+		}
+		if i == 0 {
+			m.Seed = r.Seed
+		}
+		p := prefixes[i]
+		for k, n := range r.Rounds {
+			m.Rounds[k] += n
+		}
+		for k, g := range r.Gaps {
+			m.Gaps[k] = append(m.Gaps[k], g...)
+		}
+		for k, n := range r.NoGap {
+			m.NoGap[k] += n
+		}
+		for k, n := range r.Owners {
+			m.Owners[p+"/"+k] = n
+		}
+		for _, s := range r.Longest {
+			m.Longest = append(m.Longest, p+": "+s)
+		}
+		for _, s := range r.Ownership.NonOwner {
+			m.Ownership.NonOwner = append(m.Ownership.NonOwner, p+": "+s)
+		}
+		for _, s := range r.First {
+			m.First = append(m.First, p+": "+s)
+		}
+		m.Ownership.Checked += r.Ownership.Checked
+		m.Ownership.Refused += r.Ownership.Refused
+		m.Events += r.Events
+		m.Violations += r.Violations
+		m.Pipelines += r.Pipelines
+		m.Elapsed = max(m.Elapsed, r.Elapsed)
+	}
+	return m
+}
+
 // pct is the p-th percentile (nearest rank) of sorted durations.
 func pct(sorted []time.Duration, p int) string {
 	if len(sorted) == 0 {
