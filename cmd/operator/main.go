@@ -59,7 +59,7 @@ func main() {
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.StringVar(&opts.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (e.g. 127.0.0.1:6060); empty disables them.")
 	flag.BoolVar(&opts.leaderElect, "leader-elect", true, "Elect a leader through a Lease so only one replica reconciles; false only for a single process that nothing else runs beside (tests, benchmarks).")
-	flag.StringVar(&opts.leaderElectionID, "leader-election-id", "conveyor-operator.conveyor.dev", "Name of the leader election Lease.")
+	flag.StringVar(&opts.leaderElectionID, "leader-election-id", "conveyor-operator.conveyor.dev", "Name of the leader election Lease. With --sharding the replicas hold it together, so that no leader-elected operator works beside them.")
 	flag.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the Lease (default: the namespace the operator runs in).")
 	flag.StringVar(&opts.namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.Float64Var(&opts.qps, "kube-api-qps", 200, "Queries per second to the API server; 0 or less means unlimited.")

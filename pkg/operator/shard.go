@@ -66,6 +66,9 @@ type ShardOptions struct {
 	Fence *NamespaceFence
 	// Timings are the protocol's; zero fields take pkg/shard's defaults.
 	Timings shard.Timings
+	// Election, when set, is taken before the replica joins and renewed while it runs, so a
+	// leader-elected operator of the same release never works beside the sharded replicas.
+	Election *shard.ElectionGuard
 }
 
 // notOwnedRecheck is how soon a reconcile refused by the gate looks again when this replica holds
@@ -240,9 +243,27 @@ func (s *Sharder) Start(ctx context.Context) error {
 	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return nil // stopped before it joined
 	}
+	if g := s.opts.Election; g != nil {
+		if err := g.Acquire(ctx); err != nil {
+			return nil // stopped before it joined
+		}
+		s.log.Info("Holding the leader election Lease with the other sharded replicas", "lease", g.Name)
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			if err := g.Keep(ctx); err != nil {
+				s.log.Error(err, "A leader-elected operator took the leader election Lease: leaving", "lease", g.Name)
+				cancel(err)
+			}
+		}()
+	}
 	s.log.Info("Joining the shard ring", "id", s.opts.ID, "leaseNamespace", s.opts.LeaseNamespace)
 	err = s.replica.Run(ctx)
 	stop()
+	if cause := context.Cause(ctx); err == nil && errors.Is(cause, shard.ErrElectionTaken) {
+		err = cause
+	}
 	return err
 }
 

@@ -59,7 +59,7 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, ns, sa string) 
 
 // startProcess runs the binary bin until the test ends, with the environment environ (nil: this
 // process's), its output in a log file that is printed if the test fails.
-func startProcess(t *testing.T, bin string, environ []string, args ...string) {
+func startProcess(t *testing.T, bin string, environ []string, args ...string) *exec.Cmd {
 	t.Helper()
 	name := filepath.Base(bin)
 	if _, err := os.Stat(bin); err != nil {
@@ -87,6 +87,7 @@ func startProcess(t *testing.T, bin string, environ []string, args ...string) {
 			}
 		}
 	})
+	return cmd
 }
 
 // replaceArgs drops the flags named in drop from args and appends add.

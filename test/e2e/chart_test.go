@@ -169,9 +169,21 @@ func TestChartTemplate(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		objs := renderChart(ctx, t, h, release, ns)
 		checkChartObjects(t, objs, release, ns)
+		if args := containerArgs(t, objs, "conveyor-operator"); !slices.Contains(args, "--sharding") {
+			t.Errorf("operator args %q: the default is sharded replicas, --sharding is missing", args)
+		}
 		checkCustomMetrics(t, objs, release, ns, true)
 		if o := findObject(objs, "ServiceMonitor", ""); o != nil {
 			t.Errorf("a ServiceMonitor is rendered by default")
+		}
+		serverDryRun(ctx, t, objs)
+	})
+
+	t.Run("sharding disabled", func(t *testing.T) {
+		objs := renderChart(ctx, t, h, release, ns, "operator.sharding=false")
+		checkChartObjects(t, objs, release, ns)
+		if args := containerArgs(t, objs, "conveyor-operator"); !slices.Contains(args, "--leader-elect") {
+			t.Errorf("operator args %q: without sharding a leader is elected, --leader-elect is missing", args)
 		}
 		serverDryRun(ctx, t, objs)
 	})
@@ -215,8 +227,8 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("%d PodDisruptionBudgets with one replica each, want none", n)
 		}
 		checkSchedulerConfig(t, objs, "docs", ns, schedconfig.WorkerClassCapacityArgs{ScoringStrategy: schedconfig.Pack, DefaultNodeCapacity: 120, EnforceNodeCapacity: true})
-		if args := containerArgs(t, objs, "docs-conveyor-operator"); !slices.Contains(args, "--namespaces="+watchA+","+watchB) {
-			t.Errorf("operator args %q lack --namespaces=%s,%s", args, watchA, watchB)
+		if args := containerArgs(t, objs, "docs-conveyor-operator"); !slices.Contains(args, "--namespaces="+watchA+","+watchB) || !slices.Contains(args, "--leader-elect") {
+			t.Errorf("operator args %q lack --namespaces=%s,%s or --leader-elect (sharding applies to every namespace only)", args, watchA, watchB)
 		}
 		if got := watchedNamespaces(objs, "docs-conveyor"); !slices.Equal(got, []string{watchA, watchB}) {
 			t.Errorf("the operator's ClusterRole records the watched namespaces %q, want %q", got, []string{watchA, watchB})
@@ -539,11 +551,27 @@ func checkChartObjects(t *testing.T, objs []*unstructured.Unstructured, release,
 	}
 	args := containerArgs(t, objs, fullname+"-operator")
 	for _, want := range []string{
-		"--leader-elect", "--leader-election-id=conveyor-operator.conveyor.dev", "--leader-election-namespace=" + ns,
+		"--leader-election-id=conveyor-operator.conveyor.dev", "--leader-election-namespace=" + ns,
 		"--metrics-bind-address=:8443", "--health-probe-bind-address=:8081",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("operator args %q lack %s", args, want)
+		}
+	}
+	// Either sharded replicas (every namespace watched; a grace period for the handover) or an
+	// elected leader, never both.
+	sharded, elected := slices.Contains(args, "--sharding"), slices.Contains(args, "--leader-elect")
+	if sharded == elected {
+		t.Errorf("operator args %q: want exactly one of --sharding and --leader-elect", args)
+	}
+	if sharded {
+		if watched := watchedNamespaces(objs, fullname); len(watched) > 0 {
+			t.Errorf("operator args %q: --sharding with watched namespaces %q", args, watched)
+		}
+		if d := deployment(t, objs, fullname+"-operator"); d != nil {
+			if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 75 {
+				t.Errorf("sharded operator: terminationGracePeriodSeconds %v, want 75 (a leave takes up to 60 s)", g)
+			}
 		}
 	}
 	if d := deployment(t, objs, fullname+"-scheduler"); d != nil {
