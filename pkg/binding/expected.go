@@ -13,18 +13,26 @@ import (
 )
 
 // NewServiceWait is the longest the binding controller waits for the Service that the Pipeline
-// controller creates right after a new binding: past it, the binding controller creates the
-// Service itself.
+// controller created for a new binding to reach its cache, counted from the create's answer; past
+// it, the binding controller creates the Service itself. It is also the longest it goes without
+// looking again while it waits.
 const NewServiceWait = 5 * time.Second
+
+// NewServiceInFlightWait is the longest the binding controller waits while the Pipeline
+// controller's create of a new binding's Service has not been answered: a busy API server can take
+// longer than NewServiceWait to answer the binding's create and then the Service's, and a create of
+// its own beside that one would only be refused as AlreadyExists.
+const NewServiceInFlightWait = 30 * time.Second
 
 // ExpectedServices is what the Pipeline controller tells the binding controller of the Services it
 // creates for the bindings it has just created. The Pipeline controller creates a new binding's
 // Service as soon as the binding's create returns, one hop earlier than the binding controller
 // could; the binding controller, woken by the binding's create event, then waits for that
 // Service's event instead of racing the create with its own (which would fail with AlreadyExists
-// and cost a read past the cache). It waits only while such a create is under way, or done and not
-// yet in its cache, and never longer than NewServiceWait from the binding's create; a create that
-// failed is left to it at once. A nil *ExpectedServices expects nothing.
+// and cost a read past the cache). It waits while such a create is under way (at most
+// NewServiceInFlightWait from the binding's create), then, once it is answered, at most
+// NewServiceWait for the cache; a create that failed is left to it at once. A nil
+// *ExpectedServices expects nothing.
 type ExpectedServices struct {
 	mu sync.Mutex
 	// until is, per binding, when the binding controller stops waiting for its Service.
@@ -51,22 +59,30 @@ func (n *ExpectedServices) Expect(key types.NamespacedName) {
 	defer n.mu.Unlock()
 	now := n.now()
 	n.sweepLocked(now)
-	n.until[key] = now.Add(NewServiceWait)
+	n.until[key] = now.Add(NewServiceInFlightWait)
 }
 
 // Done records the outcome of the Service's create (or of the binding's, when that failed first):
-// after a failure the binding controller does not wait.
+// after a failure the binding controller does not wait; after a success it waits NewServiceWait
+// from now for its cache to show the Service.
 func (n *ExpectedServices) Done(key types.NamespacedName, err error) {
-	if n == nil || err == nil {
+	if n == nil {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.until, key)
+	if _, ok := n.until[key]; !ok {
+		return
+	}
+	if err != nil {
+		delete(n.until, key)
+		return
+	}
+	n.until[key] = n.now().Add(NewServiceWait)
 }
 
-// Wait says how long the binding controller should still wait for the binding's Service to reach
-// its cache; zero when no create is expected (it makes the Service itself).
+// Wait says how long the binding controller should wait before it looks again for the binding's
+// Service (at most NewServiceWait); zero when no create is expected (it makes the Service itself).
 func (n *ExpectedServices) Wait(key types.NamespacedName) time.Duration {
 	if n == nil {
 		return 0
@@ -82,7 +98,7 @@ func (n *ExpectedServices) Wait(key types.NamespacedName) time.Duration {
 		delete(n.until, key)
 		return 0
 	}
-	return left
+	return min(left, NewServiceWait)
 }
 
 // Forget drops the binding's entry: its Service is in the cache, or the binding is being deleted.

@@ -22,20 +22,37 @@ func TestExpectedServices(t *testing.T) {
 	}
 	e.Expect(a)
 	now = now.Add(2 * time.Second)
-	if got := e.Wait(a); got != 3*time.Second {
-		t.Errorf("expected 2 s ago: wait %v, want 3s", got)
+	if got := e.Wait(a); got != NewServiceWait {
+		t.Errorf("create under way: wait %v, want %v (then look again)", got, NewServiceWait)
+	}
+	// A busy API server: the create is still unanswered past NewServiceWait; keep waiting.
+	now = now.Add(2 * NewServiceWait)
+	if got := e.Wait(a); got != NewServiceWait {
+		t.Errorf("create under way for %v: wait %v, want %v", 2*time.Second+2*NewServiceWait, got, NewServiceWait)
 	}
 	e.Done(a, nil)
+	now = now.Add(2 * time.Second)
 	if got := e.Wait(a); got != 3*time.Second {
-		t.Errorf("created, not in the cache yet: wait %v, want 3s", got)
+		t.Errorf("created 2 s ago, not in the cache yet: wait %v, want 3s", got)
 	}
+	now = now.Add(3 * time.Second)
+	if got := e.Wait(a); got != 0 {
+		t.Errorf("created %v ago, still not in the cache: wait %v, want none (the binding controller creates it)", NewServiceWait, got)
+	}
+	e.Expect(a)
 	e.Done(a, errors.New("refused"))
 	if got := e.Wait(a); got != 0 {
 		t.Errorf("the create failed: wait %v, want none", got)
 	}
+	// A create never answered is waited for at most NewServiceInFlightWait.
+	e.Expect(a)
+	now = now.Add(NewServiceInFlightWait)
+	if got := e.Wait(a); got != 0 {
+		t.Errorf("create unanswered for %v: wait %v, want none", NewServiceInFlightWait, got)
+	}
 	// A binding deleted before its controller looked leaves nothing behind for long.
 	e.Expect(b)
-	now = now.Add(NewServiceWait)
+	now = now.Add(NewServiceInFlightWait)
 	e.Expect(a)
 	if n := e.len(); n != 1 {
 		t.Errorf("%d entries after the sweep, want 1", n)

@@ -509,7 +509,11 @@ func TestReconcileWaitsForExpectedService(t *testing.T) {
 		{"the Pipeline controller's create failed", func(w *world, b *schedulingv1alpha1.PipelineBinding) {
 			w.r.Expected.Done(client.ObjectKeyFromObject(b), forbidden("quota"))
 		}, true},
-		{"the wait is over", func(w *world, _ *schedulingv1alpha1.PipelineBinding) { w.now = w.now.Add(NewServiceWait) }, true},
+		{"created, but not in the cache in time", func(w *world, b *schedulingv1alpha1.PipelineBinding) {
+			w.r.Expected.Done(client.ObjectKeyFromObject(b), nil)
+			w.now = w.now.Add(NewServiceWait)
+		}, true},
+		{"the create is never answered", func(w *world, _ *schedulingv1alpha1.PipelineBinding) { w.now = w.now.Add(NewServiceInFlightWait) }, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBinding()
@@ -549,5 +553,26 @@ func TestReconcileWaitsForExpectedService(t *testing.T) {
 				t.Errorf("%d expected Services left", n)
 			}
 		})
+	}
+}
+
+// TestReconcileWaitsForASlowServiceCreate: while the Pipeline controller's create of the Service
+// is unanswered, the binding controller does not create one beside it, however long past
+// NewServiceWait; it looks again every NewServiceWait.
+func TestReconcileWaitsForASlowServiceCreate(t *testing.T) {
+	b := fixtures.MakePipelineBinding("ns", "p", "second").Class("green").Pod("green-1").Obj()
+	b.UID, b.Generation = "b-uid", 1
+	b.Spec.PodUID = "green-1-uid"
+	b.CreationTimestamp = metav1.NewTime(t0)
+	w := newWorld(t, nil, b, workerPod("green-1"))
+	w.r.Expected = NewExpectedServices(func() time.Time { return w.now })
+	w.r.Expected.Expect(client.ObjectKeyFromObject(b))
+	for range 4 {
+		w.now = w.now.Add(NewServiceWait)
+		res, err := w.reconcile(t, b)
+		if err != nil || res.RequeueAfter != NewServiceWait || w.writes != 0 || w.service(t, b.Name) != nil {
+			t.Fatalf("the create unanswered: result %+v, err %v, %d writes, Service %v; want a wait of %v and no write",
+				res, err, w.writes, w.service(t, b.Name), NewServiceWait)
+		}
 	}
 }
