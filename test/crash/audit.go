@@ -104,14 +104,32 @@ func ReadWrites(path string, clientPrefixes ...string) ([]Write, error) {
 }
 
 // ReadAudit reads every completed write of the audit log that keep accepts, sorted by the time
-// the API server received it.
+// the API server received it. It reads the log's rotated backups too: the API server starts a new
+// file every 100 MB (--audit-log-maxsize), and keeps the old ones beside it as
+// <name>-<time><ext>.
 func ReadAudit(path string, keep func(Write) bool) ([]Write, error) {
+	ext := filepath.Ext(path)
+	files, err := filepath.Glob(strings.TrimSuffix(path, ext) + "-*" + ext)
+	if err != nil {
+		return nil, err
+	}
+	var out []Write
+	for _, f := range append(files, path) {
+		if out, err = readAuditFile(f, keep, out); err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
+	return out, nil
+}
+
+// readAuditFile appends the completed writes of one audit log file that keep accepts to out.
+func readAuditFile(path string, keep func(Write) bool, out []Write) ([]Write, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
-	var out []Write
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -141,8 +159,7 @@ func ReadAudit(path string, keep func(Write) bool) ([]Write, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
 	return out, nil
 }
