@@ -96,8 +96,12 @@ type Sharder struct {
 	runCtx context.Context
 
 	mu sync.Mutex
-	// byBucket are the namespaces that exist, by bucket.
+	// byBucket are the namespaces in use, by bucket: those that hold a WorkerSet, a Pipeline or a
+	// WorkerClass (usedKinds), or held one since this replica started. Only these are loaded: a
+	// namespace without any costs an owner nothing.
 	byBucket [shard.Buckets]map[string]bool
+	// users are the metadata stores of usedKinds, to tell whether a namespace still holds any.
+	users []toolscache.Indexer
 	// active are the buckets being acquired or owned: a namespace created there is loaded too.
 	active [shard.Buckets]bool
 	// gen counts each bucket's Acquires and Drops: a load that finds it changed undoes itself.
@@ -218,29 +222,21 @@ func (s *Sharder) Start(ctx context.Context) error {
 	defer stop()
 	s.runCtx = runCtx
 	factory := metadatainformer.NewSharedInformerFactory(s.opts.Metadata, 0)
-	inf := factory.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Informer()
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				s.namespaceAdded(m.Name)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				s.namespaceDeleted(m.Name)
-			}
-		},
-	})
+	synced, err := s.watchNamespaces(factory)
 	if err != nil {
-		return fmt.Errorf("sharding: watch namespaces: %w", err)
+		return err
 	}
-	s.namespacesSynced = reg.HasSynced
+	s.namespacesSynced = func() bool {
+		for _, hasSynced := range synced {
+			if !hasSynced() {
+				return false
+			}
+		}
+		return true
+	}
 	factory.Start(runCtx.Done())
 	defer factory.Shutdown()
-	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // stopped before it joined
 	}
 	if g := s.opts.Election; g != nil {
@@ -267,10 +263,85 @@ func (s *Sharder) Start(ctx context.Context) error {
 	return err
 }
 
-// namespaceAdded records a namespace, and loads it when its bucket is this replica's.
-func (s *Sharder) namespaceAdded(ns string) {
+// usedKinds are the kinds whose objects put a namespace in use: everything else the operator
+// reads in a namespace (worker Pods, claims, revisions, bindings, Services, routes) exists only
+// beside one of them.
+var usedKinds = []schema.GroupVersionResource{
+	{Group: "apps.conveyor.dev", Version: "v1alpha1", Resource: "workersets"},
+	{Group: "scheduling.conveyor.dev", Version: "v1alpha1", Resource: "pipelines"},
+	{Group: "scheduling.conveyor.dev", Version: "v1alpha1", Resource: "workerclasses"},
+}
+
+// watchNamespaces watches, metadata only and cluster-wide, the Namespaces (for their deletion) and
+// the objects of usedKinds (reduced to their namespace and name, indexed by namespace as every
+// metadata informer is): the first object of a namespace puts it in use. It returns the watches'
+// HasSynced.
+func (s *Sharder) watchNamespaces(factory metadatainformer.SharedInformerFactory) ([]toolscache.InformerSynced, error) {
+	nsReg, err := factory.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Informer().AddEventHandler(
+		toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if m := partialMetadata(obj); m != nil {
+				s.namespaceDeleted(m.Name)
+			}
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("sharding: watch namespaces: %w", err)
+	}
+	synced := []toolscache.InformerSynced{nsReg.HasSynced}
+	for _, gvr := range usedKinds {
+		inf := factory.ForResource(gvr).Informer()
+		if err := inf.SetTransform(namespaceAndName); err != nil {
+			return nil, fmt.Errorf("sharding: watch %s: %w", gvr.Resource, err)
+		}
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+			if m := partialMetadata(obj); m != nil {
+				s.namespaceUsed(m.Namespace)
+			}
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("sharding: watch %s: %w", gvr.Resource, err)
+		}
+		s.users = append(s.users, inf.GetIndexer())
+		synced = append(synced, reg.HasSynced)
+	}
+	return synced, nil
+}
+
+// partialMetadata is the object of a metadata watch's event, a tombstone's included.
+func partialMetadata(obj any) *metav1.PartialObjectMetadata {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, _ := obj.(*metav1.PartialObjectMetadata)
+	return m
+}
+
+// namespaceAndName keeps of a watched object what tells its namespace in use.
+func namespaceAndName(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+	}
+	return obj, nil
+}
+
+// inUse says whether a namespace holds an object of usedKinds, as the watches last saw.
+func (s *Sharder) inUse(ns string) bool {
+	for _, idx := range s.users {
+		if keys, err := idx.IndexKeys(toolscache.NamespaceIndex, ns); err == nil && len(keys) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// namespaceUsed records a namespace in use, and loads it when its bucket is this replica's.
+func (s *Sharder) namespaceUsed(ns string) {
 	b := shard.BucketOf(ns)
 	s.mu.Lock()
+	if s.byBucket[b][ns] {
+		s.mu.Unlock()
+		return // recorded already: loaded, or loading, where it should be
+	}
 	s.byBucket[b][ns] = true
 	active, gen := s.active[b], s.gen[b]
 	s.mu.Unlock()
@@ -283,8 +354,12 @@ func (s *Sharder) namespaceAdded(ns string) {
 	}
 }
 
-// namespaceDeleted forgets a namespace; its objects' deletes came first.
+// namespaceDeleted forgets a namespace; its objects' deletes came first. A namespace created
+// again under the name, whose objects the watches saw first, stays.
 func (s *Sharder) namespaceDeleted(ns string) {
+	if s.inUse(ns) {
+		return
+	}
 	b := shard.BucketOf(ns)
 	s.mu.Lock()
 	delete(s.byBucket[b], ns)

@@ -254,8 +254,27 @@ func TestIntegrationShardedReplicas(t *testing.T) {
 			}
 		}
 	}
+	// A namespace without a WorkerSet, Pipeline or WorkerClass is cached by no replica.
+	idle := "idle"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: idle}}); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, "every namespace owned by one replica and cached by it alone", func() error {
 		return checkOwnership(ctx, k8s, nss, both)
+	})
+	for _, r := range both {
+		for _, ns := range r.cache.Namespaces() {
+			if !slices.Contains(nss, ns) {
+				t.Errorf("replica %s caches namespace %s, which holds no WorkerSet, Pipeline or WorkerClass", r.id, ns)
+			}
+		}
+	}
+	// Its first object puts it in use: its owner loads it.
+	if err := k8s.Create(ctx, fixtures.MakeWorkerClass(idle, "green").Capacity(10).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the namespace whose first object came last cached by its owner", func() error {
+		return checkOwnership(ctx, k8s, []string{idle}, both)
 	})
 	owners, err := bucketOwners(ctx, k8s)
 	if err != nil {

@@ -129,7 +129,7 @@ func TestSharderHooks(t *testing.T) {
 	mine, other := namespacesInBucket(5, 2), namespacesInBucket(6, 1)
 	slices.Sort(mine)
 	for _, ns := range append(slices.Clone(mine), other...) {
-		s.namespaceAdded(ns)
+		s.namespaceUsed(ns)
 	}
 	a.pipelines[mine[0]], a.pipelines[mine[1]], a.pipelines[other[0]] = 3, 4, 100
 	if err := s.Acquire(context.Background(), shard.Grant{Bucket: 5, Epoch: 1}); err != nil {
@@ -149,7 +149,7 @@ func TestSharderHooks(t *testing.T) {
 
 	// A namespace created in the owned bucket is loaded.
 	late := namespacesInBucket(5, 3)[2]
-	s.namespaceAdded(late)
+	s.namespaceUsed(late)
 	deadline := time.Now().Add(10 * time.Second)
 	for !slices.Contains(c.Namespaces(), late) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
