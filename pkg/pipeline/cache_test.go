@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -163,4 +165,54 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 	if !strings.HasPrefix(cm.Data[schedulingv1alpha1.RoutesKey], "sha256:") {
 		t.Fatalf("the interceptor must show the cache's digest, got %.40q", cm.Data[schedulingv1alpha1.RoutesKey])
 	}
+}
+
+// TestBindingLabelsSurviveWritesFromTheCachedCopy reads the bindings as the operator's cache holds
+// them (the labels the controller writes are elided) and checks that every Update, the unset of a
+// stage that lost its worker and its placement again, leaves the binding with its labels.
+func TestBindingLabelsSurviveWritesFromTheCachedCopy(t *testing.T) {
+	transform := opcache.Options(crcache.Options{}).DefaultTransform
+	asCached := interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if b, ok := obj.(*schedulingv1alpha1.PipelineBinding); ok {
+				held := b.DeepCopy()
+				if _, err := transform(held); err != nil {
+					return err
+				}
+				if len(held.Labels) != 0 {
+					t.Fatalf("the cache must elide the labels the controller writes, holds %v", held.Labels)
+				}
+				held.DeepCopyInto(b) // a Get returns a copy of what the cache holds
+			}
+			return nil
+		},
+		Update: bumpGeneration,
+	}
+	green0 := fixtures.ReadyWorkerPod(tableNS, "green", 0)
+	pl := pipelineIn(schedulingv1alpha1.PipelineBroken, 1, 1, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("green"))
+	b := boundStage(pl, "first", green0, schedulingv1alpha1.BindingDeadEnd)
+	h := newHarness(t, asCached, class("green", 10), pl, b) // green-0 is gone, no other worker
+	want := map[string]string{schedulingv1alpha1.PipelineLabel: "a", schedulingv1alpha1.StageLabel: "first"}
+	onServer := func(step, pod string) {
+		t.Helper()
+		list := &schedulingv1alpha1.PipelineBindingList{}
+		if err := h.c.List(context.Background(), list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || list.Items[0].Spec.Pod != pod || !maps.Equal(list.Items[0].Labels, want) {
+			t.Fatalf("%s: bindings %+v, want one on %q labelled %v", step, list.Items, pod, want)
+		}
+	}
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	onServer("unset", "")
+	h.addPod(fixtures.ReadyWorkerPod(tableNS, "green", 1))
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	onServer("placed again", "green-1")
 }

@@ -149,6 +149,7 @@ func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *schedulingv1alpha1.PipelineBinding:
 		internType(&o.TypeMeta)
+		elideLabels(&o.ObjectMeta, schedulingv1alpha1.PipelineLabel, o.Spec.Pipeline, schedulingv1alpha1.StageLabel, o.Spec.Stage)
 		o.Spec.Stage, o.Spec.Class = intern(o.Spec.Stage), intern(o.Spec.Class)
 		internMeta(&o.ObjectMeta, o.Spec.Pipeline, o.Spec.Stage)
 		o.Spec.Pipeline = oneOf(o.Spec.Pipeline, o.Labels[schedulingv1alpha1.PipelineLabel])

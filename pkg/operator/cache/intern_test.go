@@ -185,3 +185,49 @@ func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
 		t.Fatal("a deep copy wrote through the shared selector")
 	}
 }
+
+// TestBindingLabelsAreElidedOnlyWhenTheSpecSaysThem: the cache holds no label map for a binding
+// whose labels are exactly the pipeline and stage of its spec, and RestoreLabels gives a copy of it
+// those labels back; any other labels are kept as they are, and a second pass changes nothing.
+func TestBindingLabelsAreElidedOnlyWhenTheSpecSaysThem(t *testing.T) {
+	canonical := func() map[string]string {
+		return map[string]string{strings.Clone(schedulingv1alpha1.PipelineLabel): strings.Clone("p"), strings.Clone(schedulingv1alpha1.StageLabel): strings.Clone("first")}
+	}
+	for _, tc := range []struct {
+		name   string
+		labels func() map[string]string
+		elided bool
+	}{
+		{"the labels the controller writes", canonical, true},
+		{"a foreign label besides", func() map[string]string { m := canonical(); m["team"] = "x"; return m }, false},
+		{"another stage", func() map[string]string { m := canonical(); m[schedulingv1alpha1.StageLabel] = "second"; return m }, false},
+		{"the stage label only", func() map[string]string { return map[string]string{schedulingv1alpha1.StageLabel: "first"} }, false},
+		{"none", func() map[string]string { return nil }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := decodedBinding("p-first")
+			b.Labels = tc.labels()
+			want := b.DeepCopy()
+			if _, err := internObject(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := internObject(b); err != nil { // a streamed list transforms twice
+				t.Fatal(err)
+			}
+			if got := isElided(b.Labels); got != tc.elided {
+				t.Fatalf("labels %v elided %v, want %v", b.Labels, got, tc.elided)
+			}
+			cp := b.DeepCopy() // what a Get returns
+			RestoreLabels(cp)
+			if !reflect.DeepEqual(cp.Labels, want.Labels) {
+				t.Errorf("restored labels %v, want %v", cp.Labels, want.Labels)
+			}
+			if !tc.elided && !reflect.DeepEqual(b.Labels, want.Labels) {
+				t.Errorf("labels changed in the cache: %v, want %v", b.Labels, want.Labels)
+			}
+		})
+	}
+	if len(elidedLabels) != 0 {
+		t.Fatalf("the shared elided map was written to: %v", elidedLabels)
+	}
+}
