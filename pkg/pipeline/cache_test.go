@@ -165,6 +165,16 @@ func TestSyncRoutesWritesOnlyWhenTheDocumentChanges(t *testing.T) {
 	if !strings.HasPrefix(cm.Data[schedulingv1alpha1.RoutesKey], "sha256:") {
 		t.Fatalf("the interceptor must show the cache's digest, got %.40q", cm.Data[schedulingv1alpha1.RoutesKey])
 	}
+	if cm.Labels == nil || len(cm.Labels) != 0 {
+		t.Fatalf("the interceptor must show the cache's elided labels, got %v", cm.Labels)
+	}
+	held := &corev1.ConfigMapList{} // past the interceptor's Get: what the API server holds
+	if err := c.List(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Items) != 1 || !maps.Equal(held.Items[0].Labels, map[string]string{schedulingv1alpha1.PipelineLabel: "p"}) {
+		t.Fatalf("the routes ConfigMap must keep its pipeline label: %+v", held.Items)
+	}
 }
 
 // TestBindingLabelsSurviveWritesFromTheCachedCopy reads the bindings as the operator's cache holds

@@ -170,6 +170,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: binding.InTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
+	opcache.RestoreLabels(cur) // the cache may hold them elided
 	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && opcache.HoldsData(cur.Data[schedulingv1alpha1.RoutesKey], string(doc)) {
 		return nil
 	}

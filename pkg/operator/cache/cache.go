@@ -26,7 +26,8 @@ import (
 
 // Options narrows a manager's cache to what the operator's controllers read, strips
 // managedFields from every cached object, shares the strings thousands of them repeat
-// (internObject) and elides the labels a binding's spec already says (elidedLabels):
+// (internObject) and elides the labels a binding's spec, or a routes ConfigMap's controller,
+// already says (elidedLabels):
 //   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset), trimmed to
 //     what the controllers read (TrimPod);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label

@@ -206,6 +206,7 @@ func internObject(obj any) (any, error) {
 			c.Type, c.Status = corev1.PodConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
 		}
 	case *corev1.ConfigMap:
+		elideLabels(&o.ObjectMeta, schedulingv1alpha1.PipelineLabel, routesOwner(&o.ObjectMeta))
 		internMeta(&o.ObjectMeta)
 		o.Data = internKeys(o.Data)
 	default:

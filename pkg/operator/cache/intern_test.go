@@ -231,3 +231,43 @@ func TestBindingLabelsAreElidedOnlyWhenTheSpecSaysThem(t *testing.T) {
 		t.Fatalf("the shared elided map was written to: %v", elidedLabels)
 	}
 }
+
+// TestRoutesLabelIsElidedOnlyWhenItNamesTheController: a ConfigMap labelled with the name of the
+// Pipeline that controls it holds no label map in the cache, and RestoreLabels gives a copy of it
+// the label back; a ConfigMap whose label names another Pipeline, or that no Pipeline controls,
+// keeps its labels.
+func TestRoutesLabelIsElidedOnlyWhenItNamesTheController(t *testing.T) {
+	owner := func(kind string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: kind, Name: "p", UID: "u", Controller: ptr.To(true)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		label  string
+		owners []metav1.OwnerReference
+		elided bool
+	}{
+		{"labelled with its controlling Pipeline", "p", owner("Pipeline"), true},
+		{"labelled with another Pipeline", "q", owner("Pipeline"), false},
+		{"controlled by another kind", "p", owner("PipelineBinding"), false},
+		{"no controller", "p", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p-routes", Namespace: "ns", OwnerReferences: tc.owners,
+				Labels: map[string]string{schedulingv1alpha1.PipelineLabel: tc.label}}, Data: map[string]string{"routes.json": "{}"}}
+			want := cm.DeepCopy()
+			for range 2 { // a streamed list transforms twice
+				if _, err := DigestConfigMap(cm); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := isElided(cm.Labels); got != tc.elided {
+				t.Fatalf("labels %v elided %v, want %v", cm.Labels, got, tc.elided)
+			}
+			cp := cm.DeepCopy()
+			RestoreLabels(cp)
+			if !reflect.DeepEqual(cp.Labels, want.Labels) {
+				t.Errorf("restored labels %v, want %v", cp.Labels, want.Labels)
+			}
+		})
+	}
+}
