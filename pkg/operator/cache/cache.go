@@ -34,9 +34,11 @@ import (
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
 //     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
 //     ConfigMap values held as digests (DigestConfigMap). The operator's controllers start no
-//     informer of Services or EndpointSlices: the binding controller, their only reader, keeps a
-//     compact record of each from reflectors of its own (pkg/binding, records.go), so these two
-//     entries only shape an informer another manager's code asks for;
+//     informer of Services, EndpointSlices or ConfigMaps: the binding controller, the only reader
+//     of the first two, and the Pipeline controller, the only reader of the routes ConfigMaps, keep
+//     a compact record of each from reflectors of their own (pkg/binding, records.go;
+//     pkg/pipeline, routesrecords.go), so these three entries only shape an informer another
+//     manager's code asks for;
 //   - ControllerRevisions and PersistentVolumeClaims: those of WorkerSets only (the WorkerSet
 //     controller labels every revision and claim it writes apps.conveyor.dev/workerset, and lists
 //     them by that label);
