@@ -82,3 +82,33 @@ func BenchmarkRoutesFootprint(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStatusExpectationsFootprint reports the heap the Pipeline controller's status
+// expectations hold per pipeline (B/pipeline) once every pipeline's status was written and a
+// reconcile read a cached copy that shows it.
+func BenchmarkStatusExpectationsFootprint(b *testing.B) {
+	const n = 2000
+	pipelines := make([]*schedulingv1alpha1.Pipeline, n)
+	for i := range pipelines {
+		pipelines[i] = &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: "bench",
+			UID: types.UID(fmt.Sprintf("22222222-0000-0000-0000-%012d", i))}, Status: schedulingv1alpha1.PipelineStatus{Phase: schedulingv1alpha1.PipelineReady}}
+	}
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		e := &statusExpectations{}
+		for _, pl := range pipelines {
+			e.wrote(pl)
+		}
+		for _, pl := range pipelines {
+			if e.behind(pl) {
+				b.Fatal("a copy that shows the phase written is not behind")
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/pipeline")
+		runtime.KeepAlive(e)
+	}
+}
