@@ -107,9 +107,10 @@ func transformFor(opts crcache.Options, obj client.Object) func(any) (any, error
 // BenchmarkCachedPipelineFootprint reports the heap the cache's copies of one pipeline's objects
 // hold after the transforms (B/pipeline), in all and by kind: what the operator's live heap grows
 // by per pipeline before its stores, indexes, queues and allocator. "all" is every kind through
-// the cache's transforms; "cached" leaves out the Services and EndpointSlices, which the operator's
-// manager no longer caches (the binding controller keeps records of them, measured by pkg/binding's
-// BenchmarkServiceFootprint).
+// the cache's transforms; "cached" leaves out the Services, EndpointSlices and ConfigMaps, which the
+// operator's manager no longer caches (the binding controller keeps records of the first two,
+// measured by pkg/binding's BenchmarkServiceFootprint, and the Pipeline controller of the routes
+// ConfigMaps, measured by pkg/pipeline's BenchmarkRoutesFootprint).
 func BenchmarkCachedPipelineFootprint(b *testing.B) {
 	const n = 2000
 	opts := Options(crcache.Options{})
@@ -123,7 +124,7 @@ func BenchmarkCachedPipelineFootprint(b *testing.B) {
 				for i := range n {
 					for _, obj := range pipelineObjects(i) {
 						switch t := fmt.Sprintf("%T", obj); {
-						case kind == "cached" && (t == "*v1.Service" || t == "*v1.EndpointSlice"):
+						case kind == "cached" && (t == "*v1.Service" || t == "*v1.EndpointSlice" || t == "*v1.ConfigMap"):
 							continue
 						case kind != "all" && kind != "cached" && t != kind:
 							continue
