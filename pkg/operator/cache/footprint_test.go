@@ -42,10 +42,10 @@ func pipelineObjects(i int) []client.Object {
 		Spec: schedulingv1alpha1.PipelineSpec{DocumentsPerSecond: 10, Workers: map[string]schedulingv1alpha1.PipelineWorker{
 			c("first"): {Class: c("blue"), Next: []string{c("second")}}, c("second"): {Class: c("green"), Next: []string{c("third")}}, c("third"): {Class: c("yellow")}}},
 		Status: schedulingv1alpha1.PipelineStatus{ObservedGeneration: 1, Phase: schedulingv1alpha1.PipelinePhase(c("Ready")), Bindings: map[string]string{},
-			Conditions: []metav1.Condition{
-				{Type: c("Valid"), Status: metav1.ConditionStatus(c("True")), Reason: c("Valid"), Message: c("3 stages, no cycle, every class exists"), LastTransitionTime: ts},
-				{Type: c("Schedulable"), Status: metav1.ConditionStatus(c("True")), Reason: c("Placed"), Message: c("every stage is placed"), LastTransitionTime: ts},
-				{Type: c("Ready"), Status: metav1.ConditionStatus(c("True")), Reason: c("BindingsReady"), Message: c("all 3 bindings are Ready"), LastTransitionTime: ts}}}}
+			Conditions: decoded(
+				metav1.Condition{Type: c("Valid"), Status: metav1.ConditionStatus(c("True")), Reason: c("Valid"), Message: c("3 stages, no cycle, every class exists"), LastTransitionTime: ts},
+				metav1.Condition{Type: c("Schedulable"), Status: metav1.ConditionStatus(c("True")), Reason: c("Placed"), Message: c("every stage is placed"), LastTransitionTime: ts},
+				metav1.Condition{Type: c("Ready"), Status: metav1.ConditionStatus(c("True")), Reason: c("BindingsReady"), Message: c("all 3 bindings are Ready"), LastTransitionTime: ts})}}
 	objs := []client.Object{pl}
 	for s, stage := range stages {
 		bname := name + "-" + stage
@@ -92,6 +92,16 @@ func pipelineObjects(i int) []client.Object {
 		}
 	}
 	return objs
+}
+
+// decoded is a list as a JSON decoder makes it: grown one element at a time, so three elements come
+// in an array of four.
+func decoded[E any](elems ...E) []E {
+	var out []E
+	for _, e := range elems {
+		out = append(out, e)
+	}
+	return out
 }
 
 // transformFor is the transform the cache applies to obj's kind.

@@ -271,3 +271,20 @@ func TestRoutesLabelIsElidedOnlyWhenItNamesTheController(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineConditionsAreHeldInAnArrayOfTheirLength: a decoder's array of four for three
+// conditions is replaced by one of three, with the same conditions.
+func TestPipelineConditionsAreHeldInAnArrayOfTheirLength(t *testing.T) {
+	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Status: schedulingv1alpha1.PipelineStatus{Conditions: decoded(metav1.Condition{Type: "Valid"}, metav1.Condition{Type: "Schedulable"}, metav1.Condition{Type: "Ready"})}}
+	want := pl.DeepCopy()
+	if cap(pl.Status.Conditions) != 4 {
+		t.Fatalf("the decoder-shaped list has capacity %d, want 4", cap(pl.Status.Conditions))
+	}
+	if _, err := internObject(pl); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pl.Status.Conditions, want.Status.Conditions) || cap(pl.Status.Conditions) != 3 {
+		t.Errorf("conditions %+v (capacity %d), want %+v in an array of 3", pl.Status.Conditions, cap(pl.Status.Conditions), want.Status.Conditions)
+	}
+}
