@@ -40,11 +40,11 @@ func TestVisitBindingsOnPodFindsEachBindingOnceByEitherPod(t *testing.T) {
 	if err := c.Create(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
-	on := func(pod string, max int) []string {
+	on := func(pod string, limit int) []string {
 		var got []string
 		if err := visitBindingsOnPod(context.Background(), c, "ns", pod, func(b *schedulingv1alpha1.PipelineBinding) bool {
 			got = append(got, b.Name)
-			return len(got) < max
+			return len(got) < limit
 		}); err != nil {
 			t.Fatal(err)
 		}
