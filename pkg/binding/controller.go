@@ -104,11 +104,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	serviceSource := &recordSource{kind: "services", object: &corev1.Service{}, namespaces: r.Namespaces, listWatch: services,
-		newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+		newStore: func(ns string, enqueue func(types.NamespacedName)) RecordStore {
 			return newServiceStore(&r.services, ns, enqueue)
 		}, dynamic: r.NamespaceSources != nil, forget: r.services.forget}
 	sliceSource := &recordSource{kind: "endpointslices", object: &discoveryv1.EndpointSlice{}, namespaces: r.Namespaces, listWatch: slices,
-		newStore: func(ns string, enqueue func(types.NamespacedName)) recordStore {
+		newStore: func(ns string, enqueue func(types.NamespacedName)) RecordStore {
 			return newSliceStore(&r.endpoints, ns, enqueue)
 		}, dynamic: r.NamespaceSources != nil, forget: r.endpoints.forget}
 	if r.NamespaceSources != nil {

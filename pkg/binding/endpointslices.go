@@ -180,13 +180,13 @@ type sliceStore struct {
 	records   *endpointRecords
 	namespace string
 	enqueue   func(types.NamespacedName)
-	listOnce
+	ListOnce
 }
 
-var _ recordStore = &sliceStore{}
+var _ RecordStore = &sliceStore{}
 
 func newSliceStore(records *endpointRecords, namespace string, enqueue func(types.NamespacedName)) *sliceStore {
-	return &sliceStore{records: records, namespace: namespace, enqueue: enqueue, listOnce: newListOnce()}
+	return &sliceStore{records: records, namespace: namespace, enqueue: enqueue, ListOnce: NewListOnce()}
 }
 
 func (s *sliceStore) apply(key types.NamespacedName, rec sliceRecord, ok bool) {
@@ -247,7 +247,7 @@ func (s *sliceStore) Replace(list []any, _ string) error {
 			s.apply(key, sliceRecord{}, false)
 		}
 	}
-	s.done()
+	s.Done()
 	return nil
 }
 

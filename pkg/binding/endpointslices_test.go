@@ -149,7 +149,7 @@ func TestSliceStoreRecordsBeforeItEnqueues(t *testing.T) {
 		t.Errorf("every slice is gone, the records must be empty: %v %v", records.slices, records.byService)
 	}
 	select {
-	case <-store.listed():
+	case <-store.Listed():
 	default:
 		t.Error("a store that has listed says it has not")
 	}

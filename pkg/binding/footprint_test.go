@@ -2,6 +2,7 @@ package binding
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -118,6 +120,74 @@ func BenchmarkServiceFootprint(b *testing.B) {
 				runtime.ReadMemStats(&after)
 				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/pipeline")
 				runtime.KeepAlive(kept)
+			}
+		})
+	}
+}
+
+// BenchmarkBindingIndexFootprint reports the heap one pipeline's three bindings hold in an informer
+// store with the namespace index and the binding controllers' field indexes, each value keyed per
+// namespace and cluster-wide as controller-runtime keys it (B/pipeline, the bindings included):
+// "two" is an index by spec.pod and one by status.servingPod, "one" the single index of both
+// (cacheIndexes).
+func BenchmarkBindingIndexFootprint(b *testing.B) {
+	const n = 2000
+	byField := func(f func(*schedulingv1alpha1.PipelineBinding) []string) toolscache.IndexFunc {
+		return func(obj any) ([]string, error) {
+			bd := obj.(*schedulingv1alpha1.PipelineBinding)
+			var out []string
+			for _, v := range f(bd) {
+				out = append(out, bd.Namespace+"/"+v, "__all_namespaces/"+v)
+			}
+			return out, nil
+		}
+	}
+	one := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return []string{v}
+	}
+	var current client.IndexerFunc
+	for _, ix := range cacheIndexes() {
+		if ix.name == bindingPodsIndex {
+			current = ix.fn
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		indexes toolscache.Indexers
+	}{
+		{"two", toolscache.Indexers{
+			"field:.spec.pod":          byField(func(bd *schedulingv1alpha1.PipelineBinding) []string { return one(bd.Spec.Pod) }),
+			"field:.status.servingPod": byField(func(bd *schedulingv1alpha1.PipelineBinding) []string { return one(bd.Status.ServingPod) }),
+		}},
+		{"one", toolscache.Indexers{
+			"field:" + bindingPodsIndex: byField(func(bd *schedulingv1alpha1.PipelineBinding) []string { return current(bd) }),
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
+				maps.Copy(indexers, tc.indexes)
+				store := toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
+				for i := range n {
+					for s, stage := range []string{"first", "second", "third"} {
+						pod := fmt.Sprintf("%s-%d", []string{"blue", "green", "yellow"}[s], i/10)
+						bd := &schedulingv1alpha1.PipelineBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d-%s", i, stage), Namespace: "bench"},
+							Spec: schedulingv1alpha1.PipelineBindingSpec{Pod: pod}, Status: schedulingv1alpha1.PipelineBindingStatus{ServingPod: pod}}
+						if err := store.Add(bd); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/pipeline")
+				runtime.KeepAlive(store)
 			}
 		})
 	}

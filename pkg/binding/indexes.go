@@ -11,16 +11,18 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 )
 
-// Cache indexes the controllers share: bindings by the Pod they name and by the Pod still serving
-// them (the hold controller must not read a lagging map, or a WorkerSet could delete a Pod that
-// still carries a binding), and Pods by name. Lookups with a small set per value (a Service's
+// Cache indexes the controllers share: bindings by the Pods they name in spec.pod and
+// status.servingPod, in one index (the hold controller must not read a lagging map, or a WorkerSet
+// could delete a Pod that still carries a binding), and Pods by name. Lookups with a small set per value (a Service's
 // slices, a Pipeline's bindings) or used only on a rare event (a WorkerClass's bindings and
 // Pipelines) are not indexes, since controller-runtime keeps each index twice, per namespace and
 // cluster-wide (docs/architecture.md, "What the operator caches").
 const (
-	bindingPodIndex     = ".spec.pod"
-	bindingServingIndex = ".status.servingPod"
-	podNameIndex        = "metadata.name"
+	// bindingPodsIndex keys a binding by its spec.pod and its status.servingPod, once when they
+	// are the same Pod (nearly always): one index with one key where two indexes held two, each
+	// kept per namespace and cluster-wide.
+	bindingPodsIndex = ".spec.pod+.status.servingPod"
+	podNameIndex     = "metadata.name"
 )
 
 // cacheIndexes are the field indexes of this package's controllers: the object they index and the
@@ -36,16 +38,23 @@ func cacheIndexes() []struct {
 		}
 		return []string{v}
 	}
-	binding := func(f func(*schedulingv1alpha1.PipelineBinding) string) client.IndexerFunc {
-		return func(o client.Object) []string { return one(f(o.(*schedulingv1alpha1.PipelineBinding))) }
+	bindingPods := func(o client.Object) []string {
+		b := o.(*schedulingv1alpha1.PipelineBinding)
+		switch pod, serving := b.Spec.Pod, b.Status.ServingPod; {
+		case serving == "" || serving == pod:
+			return one(pod)
+		case pod == "":
+			return []string{serving}
+		default:
+			return []string{pod, serving}
+		}
 	}
 	return []struct {
 		name string
 		obj  client.Object
 		fn   client.IndexerFunc
 	}{
-		{bindingPodIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Spec.Pod })},
-		{bindingServingIndex, &schedulingv1alpha1.PipelineBinding{}, binding(func(b *schedulingv1alpha1.PipelineBinding) string { return b.Status.ServingPod })},
+		{bindingPodsIndex, &schedulingv1alpha1.PipelineBinding{}, bindingPods},
 		// A Get copies the whole Pod; a List through this index can read it in place.
 		{podNameIndex, &corev1.Pod{}, func(o client.Object) []string { return one(o.GetName()) }},
 	}
@@ -77,18 +86,16 @@ func CachedPod(ctx context.Context, c client.Reader, namespace, name string) (*c
 }
 
 // visitBindingsOnPod calls visit, until it returns false, with every binding on the Pod or still
-// served by it. The bindings are the cache's own, not copies: visit must not modify them. A worker
-// carries up to its capacity of bindings, and this runs on every event of the Pod.
+// served by it, once each. The bindings are the cache's own, not copies: visit must not modify
+// them. A worker carries up to its capacity of bindings, and this runs on every event of the Pod.
 func visitBindingsOnPod(ctx context.Context, c client.Reader, namespace, pod string, visit func(*schedulingv1alpha1.PipelineBinding) bool) error {
-	for _, index := range []string{bindingPodIndex, bindingServingIndex} {
-		list := &schedulingv1alpha1.PipelineBindingList{}
-		if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{index: pod}, client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("list bindings on pod %s: %w", pod, err)
-		}
-		for i := range list.Items {
-			if !visit(&list.Items[i]) {
-				return nil
-			}
+	list := &schedulingv1alpha1.PipelineBindingList{}
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{bindingPodsIndex: pod}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list bindings on pod %s: %w", pod, err)
+	}
+	for i := range list.Items {
+		if !visit(&list.Items[i]) {
+			return nil
 		}
 	}
 	return nil

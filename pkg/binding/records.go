@@ -26,23 +26,50 @@ import (
 // object (serviceRecords, endpointRecords). A change of a record enqueues the binding it concerns
 // after the record is updated, so a reconcile never runs on an event the records have not seen.
 
-// recordStore is the store of one reflector: it turns objects into records and says when it has
-// listed once.
-type recordStore interface {
+// RecordStore is the store of one reflector of a record source (NewRecordSource): it turns objects
+// into records and says when it has listed once (Listed, closed by its first Replace).
+type RecordStore interface {
 	toolscache.ReflectorStore
-	listed() <-chan struct{}
+	Listed() <-chan struct{}
 }
 
-// listOnce is closed by a store's first Replace: its records then hold the whole list.
-type listOnce struct {
+// ListOnce gives a RecordStore its Listed channel: Done closes it, once.
+type ListOnce struct {
 	once sync.Once
 	ch   chan struct{}
 }
 
-func newListOnce() listOnce { return listOnce{ch: make(chan struct{})} }
+// NewListOnce returns a ListOnce not done yet.
+func NewListOnce() ListOnce { return ListOnce{ch: make(chan struct{})} }
 
-func (l *listOnce) done()                   { l.once.Do(func() { close(l.ch) }) }
-func (l *listOnce) listed() <-chan struct{} { return l.ch }
+// Done closes the Listed channel (the store's first Replace).
+func (l *ListOnce) Done() { l.once.Do(func() { close(l.ch) }) }
+
+// Listed is closed once the store has listed.
+func (l *ListOnce) Listed() <-chan struct{} { return l.ch }
+
+// RecordSource is a controller source of records (NewRecordSource).
+type RecordSource interface {
+	source.SyncingSource
+	NamespaceSource
+}
+
+// NewRecordSource returns a source that runs a reflector per watched namespace (one for all when
+// namespaces is empty) of the given kind into stores made by newStore, which keep a record of each
+// object and drop the object; a store enqueues what a change of a record concerns. The controller
+// starts its workers once every store has listed. A dynamic source watches nothing until
+// AddNamespace, and RemoveNamespace calls forget with the namespace.
+func NewRecordSource(kind string, object runtime.Object, namespaces []string, listWatch func(namespace string) toolscache.ListerWatcher,
+	newStore func(namespace string, enqueue func(types.NamespacedName)) RecordStore, dynamic bool, forget func(namespace string)) RecordSource {
+	return &recordSource{kind: kind, object: object, namespaces: namespaces, listWatch: listWatch, newStore: newStore, dynamic: dynamic, forget: forget}
+}
+
+// ProtobufConfig is cfg asking for protobuf (protobufConfig).
+func ProtobufConfig(cfg *rest.Config) *rest.Config { return protobufConfig(cfg) }
+
+// PipelineObjects selects, in a list or watch, the objects of pipelines: those with the pipeline
+// label.
+func PipelineObjects(o *metav1.ListOptions) { pipelineObjects(o) }
 
 // NamespaceSource is a source whose namespaces are added and removed at runtime: with
 // --sharding, the operator adds a namespace when this replica takes its bucket and removes it
@@ -64,13 +91,13 @@ type recordSource struct {
 	object     runtime.Object
 	namespaces []string
 	listWatch  func(namespace string) toolscache.ListerWatcher
-	newStore   func(namespace string, enqueue func(types.NamespacedName)) recordStore
+	newStore   func(namespace string, enqueue func(types.NamespacedName)) RecordStore
 	// dynamic sources forget a removed namespace's records with forget.
 	dynamic bool
 	forget  func(namespace string)
 
 	mu      sync.Mutex
-	stores  []recordStore
+	stores  []RecordStore
 	ctx     context.Context
 	enqueue func(types.NamespacedName)
 	started chan struct{}
@@ -134,7 +161,7 @@ func (s *recordSource) AddNamespace(ctx context.Context, namespace string) error
 	nr := s.running[namespace]
 	if nr == nil {
 		rctx, cancel := context.WithCancel(s.ctx)
-		nr = &nsReflector{cancel: cancel, store: &closableStore{recordStore: s.newStore(namespace, s.enqueue)}}
+		nr = &nsReflector{cancel: cancel, store: &closableStore{RecordStore: s.newStore(namespace, s.enqueue)}}
 		s.running[namespace] = nr
 		r := toolscache.NewReflectorWithOptions(s.listWatch(namespace), s.object, nr.store,
 			toolscache.ReflectorOptions{Name: "pipelinebinding " + s.kind + " " + namespace})
@@ -142,7 +169,7 @@ func (s *recordSource) AddNamespace(ctx context.Context, namespace string) error
 	}
 	s.mu.Unlock()
 	select {
-	case <-nr.store.listed():
+	case <-nr.store.Listed():
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%s of pipelines in %s not listed: %w", s.kind, namespace, ctx.Err())
@@ -169,7 +196,7 @@ func (s *recordSource) RemoveNamespace(namespace string) {
 // closableStore passes a reflector's calls to its store until close: a reflector stops some time
 // after its context ends, and what it delivers meanwhile must not bring a removed namespace back.
 type closableStore struct {
-	recordStore
+	RecordStore
 	mu     sync.RWMutex
 	closed bool
 }
@@ -190,16 +217,16 @@ func (c *closableStore) do(f func() error) error {
 }
 
 func (c *closableStore) Add(obj any) error {
-	return c.do(func() error { return c.recordStore.Add(obj) })
+	return c.do(func() error { return c.RecordStore.Add(obj) })
 }
 func (c *closableStore) Update(obj any) error {
-	return c.do(func() error { return c.recordStore.Update(obj) })
+	return c.do(func() error { return c.RecordStore.Update(obj) })
 }
 func (c *closableStore) Delete(obj any) error {
-	return c.do(func() error { return c.recordStore.Delete(obj) })
+	return c.do(func() error { return c.RecordStore.Delete(obj) })
 }
 func (c *closableStore) Replace(list []any, rv string) error {
-	return c.do(func() error { return c.recordStore.Replace(list, rv) })
+	return c.do(func() error { return c.RecordStore.Replace(list, rv) })
 }
 
 // WaitForSync returns once every reflector has listed (a dynamic source has none at the start).
@@ -209,7 +236,7 @@ func (s *recordSource) WaitForSync(ctx context.Context) error {
 	s.mu.Unlock()
 	for _, st := range stores {
 		select {
-		case <-st.listed():
+		case <-st.Listed():
 		case <-ctx.Done():
 			return fmt.Errorf("%s of pipelines not listed: %w", s.kind, ctx.Err())
 		}

@@ -177,13 +177,13 @@ type serviceStore struct {
 	records   *serviceRecords
 	namespace string
 	enqueue   func(types.NamespacedName)
-	listOnce
+	ListOnce
 }
 
-var _ recordStore = &serviceStore{}
+var _ RecordStore = &serviceStore{}
 
 func newServiceStore(records *serviceRecords, namespace string, enqueue func(types.NamespacedName)) *serviceStore {
-	return &serviceStore{records: records, namespace: namespace, enqueue: enqueue, listOnce: newListOnce()}
+	return &serviceStore{records: records, namespace: namespace, enqueue: enqueue, ListOnce: NewListOnce()}
 }
 
 func serviceOf(obj any) (*corev1.Service, error) {
@@ -241,7 +241,7 @@ func (s *serviceStore) Replace(list []any, _ string) error {
 			s.apply(key, serviceRecord{}, false)
 		}
 	}
-	s.done()
+	s.Done()
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/binding"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 )
 
 // apply.go is the only writer of a Pipeline's bindings. It carries out a writePlan, reports every
@@ -69,6 +70,7 @@ func (r *Reconciler) unset(ctx context.Context, s *pipelineScope, stages []strin
 	writes := make([]bindingWrite, 0, len(stages))
 	for _, name := range stages {
 		b := s.bindings[name].DeepCopy()
+		opcache.RestoreLabels(b) // the cache may hold them elided; an Update writes every label
 		b.Spec.Pod, b.Spec.PodUID = "", ""
 		writes = append(writes, bindingWrite{stage: name, obj: b, res: r.Allocator.Release(s.bindings[name], false)})
 	}

@@ -59,6 +59,17 @@ type Reconciler struct {
 	// ExpectedServices tells the binding controller of the Services this controller creates for
 	// the bindings it creates (nil: it tells nothing; the Services are created all the same).
 	ExpectedServices *binding.ExpectedServices
+	// Namespaces are the namespaces the manager's cache watches, all when empty: the controller
+	// lists and watches the routes ConfigMaps of those itself (routesrecords.go).
+	Namespaces []string
+	// NamespaceSources, when set, makes the namespaces of the routes ConfigMaps' source come and
+	// go at runtime (--sharding): the source is handed to it, and watches nothing until its
+	// AddNamespace.
+	NamespaceSources func(binding.NamespaceSource)
+
+	// routes are the records of the routes ConfigMaps, set up by SetupWithManager; without them
+	// (a Reconciler run by hand in a test) syncRoutes reads the ConfigMaps through the client.
+	routes *routesRecords
 
 	// statuses remembers the status this controller last wrote for each pipeline, so a
 	// decision is never taken from a cached copy older than it.
@@ -81,18 +92,31 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller and its watches. A Pipeline wakes on its own spec,
-// on a change of one of its bindings that its status reads, on its routes ConfigMap going away,
+// on a change of one of its bindings that its status reads, on its routes ConfigMap going away
+// (the routes records' source),
 // on a change of a class it uses, and when the allocator says so: capacity it could use was freed,
 // its Pod started draining, or a write it waits for reached the cache.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Allocator == nil {
 		return errors.New("pipeline controller: no Allocator")
 	}
+	listWatch, err := newRoutesListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	r.routes = &routesRecords{}
+	routesSource := binding.NewRecordSource("configmaps", &corev1.ConfigMap{}, r.Namespaces, listWatch,
+		func(ns string, enqueue func(types.NamespacedName)) binding.RecordStore {
+			return newRoutesStore(r.routes, ns, enqueue)
+		}, r.NamespaceSources != nil, r.routes.forget)
+	if r.NamespaceSources != nil {
+		r.NamespaceSources(routesSource)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pipeline").
 		For(&schedulingv1alpha1.Pipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&schedulingv1alpha1.PipelineBinding{}, builder.WithPredicates(r.bindingChangedForPipeline())).
-		Owns(&corev1.ConfigMap{}, builder.WithPredicates(deletedOnly())).
+		WatchesRawSource(routesSource).
 		Watches(&schedulingv1alpha1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classToPipelines), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(r.allocatorSource()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
@@ -166,15 +190,6 @@ func (r *Reconciler) siblingWaits(b *schedulingv1alpha1.PipelineBinding) bool {
 		}
 	}
 	return false
-}
-
-// deletedOnly passes deletes only: the routes ConfigMap is rewritten when it goes away.
-func deletedOnly() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 }
 
 // classToPipelines: a class's new spec (capacity, placement) matters to every pipeline using it.

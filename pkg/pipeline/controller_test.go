@@ -313,8 +313,8 @@ func TestEveryStageLostStaysBrokenWithEveryStageUnset(t *testing.T) {
 	}
 }
 
-// The status this controller remembers writing goes with its Pipeline: the map holds at most the
-// Pipelines that exist.
+// The status this controller remembers writing goes once the cache shows it, and with its
+// Pipeline: the map holds at most the Pipelines whose last write the cache does not show.
 func TestStatusExpectationsGoWithThePipeline(t *testing.T) {
 	pl := pipelineIn("", 1, 0, fixtures.MakePipeline(tableNS, "a").Load(5).Chain("blue"))
 	h := newHarness(t, interceptor.Funcs{}, class("blue", 10), fixtures.ReadyWorkerPod(tableNS, "blue", 0), pl)
@@ -323,6 +323,17 @@ func TestStatusExpectationsGoWithThePipeline(t *testing.T) {
 	}
 	if h.r.statuses.len() != 1 {
 		t.Fatalf("%d remembered statuses after a status write, want 1", h.r.statuses.len())
+	}
+	// The next reconcile reads a copy that shows the phase written: nothing is left to expect.
+	written := h.pipeline("a").Status.Phase
+	if _, err := h.reconcile("a"); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.pipeline("a").Status.Phase; st != written {
+		t.Fatalf("phase %s after %s: the second reconcile must write no new phase for this check", st, written)
+	}
+	if n := h.r.statuses.len(); n != 0 {
+		t.Fatalf("%d remembered statuses once the cache shows the phase written, want 0", n)
 	}
 	gone := h.pipeline("a")
 	if err := h.c.Delete(context.Background(), gone); err != nil {

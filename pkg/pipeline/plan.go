@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 )
 
 // plan.go holds the placement rules of a reconcile, as pure functions of the snapshot, the intent and the
@@ -107,6 +108,7 @@ func desiredBinding(pl *schedulingv1alpha1.Pipeline, stageName, pod string, uid 
 	b := &schedulingv1alpha1.PipelineBinding{}
 	if existing != nil {
 		b = existing.DeepCopy()
+		opcache.RestoreLabels(b) // the cache may hold them elided; an Update writes every label
 	} else {
 		b.Name = schedulingv1alpha1.BindingName(pl.Name, stageName)
 		b.Namespace = pl.Namespace

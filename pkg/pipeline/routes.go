@@ -143,8 +143,8 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 		return err
 	}
 	name := schedulingv1alpha1.RoutesConfigMapName(s.pipeline.Name)
-	cur := &corev1.ConfigMap{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: s.pipeline.Namespace, Name: name}, cur); err != nil {
+	cur, err := r.readRoutes(ctx, client.ObjectKey{Namespace: s.pipeline.Namespace, Name: name})
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("get routes %s: %w", name, err)
 		}
@@ -170,6 +170,7 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 	if !metav1.IsControlledBy(cur, s.pipeline) {
 		return &routesInTheWayError{message: binding.InTheWayMessage("ConfigMap", cur, "Pipeline", s.pipeline.Name)}
 	}
+	opcache.RestoreLabels(cur) // the cache may hold them elided
 	if cur.Labels[schedulingv1alpha1.PipelineLabel] == s.pipeline.Name && len(cur.Data) == 1 && opcache.HoldsData(cur.Data[schedulingv1alpha1.RoutesKey], string(doc)) {
 		return nil
 	}
@@ -183,4 +184,20 @@ func (r *Reconciler) syncRoutes(ctx context.Context, s *pipelineScope) error {
 		return fmt.Errorf("write routes %s: %w", name, err)
 	}
 	return nil
+}
+
+// readRoutes reads a routes ConfigMap as the manager's cache would hold it (values as digests,
+// the pipeline label maybe elided): from the routes records, or through the client without them.
+func (r *Reconciler) readRoutes(ctx context.Context, key client.ObjectKey) (*corev1.ConfigMap, error) {
+	if r.routes != nil {
+		if cm := r.routes.get(key); cm != nil {
+			return cm, nil
+		}
+		return nil, apierrors.NewNotFound(corev1.Resource("configmaps"), key.Name)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.Get(ctx, key, cm); err != nil {
+		return nil, err
+	}
+	return cm, nil
 }

@@ -24,12 +24,14 @@ type SetupOptions struct {
 	// manager's (a test wraps it to count writes).
 	Client client.Client
 	// Namespaces are the namespaces the manager's cache watches, all when empty (the binding
-	// controller watches the EndpointSlices of those itself).
+	// controller watches the Services and EndpointSlices of those itself, the Pipeline controller
+	// the routes ConfigMaps).
 	Namespaces []string
 	// Gate, when set, wraps every controller's reconciler (the sharded operator's ownership gate).
 	Gate func(reconcile.Reconciler) reconcile.Reconciler
 	// NamespaceSources, when set, receives the sources whose namespaces come and go at runtime
-	// (the binding controller's Services and EndpointSlices, with --sharding).
+	// (the binding controller's Services and EndpointSlices and the Pipeline controller's routes
+	// ConfigMaps, with --sharding).
 	NamespaceSources func(binding.NamespaceSource)
 }
 
@@ -55,6 +57,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) (*Allocator
 	if err := (&Reconciler{
 		Client: c, Recorder: mgr.GetEventRecorder("pipeline-controller"), MaxConcurrentReconciles: opts.Concurrency,
 		Allocator: alloc, APIReader: mgr.GetAPIReader(), ExpectedServices: expected, Gate: opts.Gate,
+		Namespaces: opts.Namespaces, NamespaceSources: opts.NamespaceSources,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up pipeline controller: %w", err)
 	}

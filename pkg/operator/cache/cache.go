@@ -25,17 +25,20 @@ import (
 )
 
 // Options narrows a manager's cache to what the operator's controllers read, strips
-// managedFields from every cached object and shares the strings thousands of them repeat
-// (internObject):
+// managedFields from every cached object, shares the strings thousands of them repeat
+// (internObject) and elides the labels a binding's spec, or a routes ConfigMap's controller,
+// already says (elidedLabels):
 //   - Pods: worker Pods only, those of a WorkerSet (label apps.conveyor.dev/workerset), trimmed to
 //     what the controllers read (TrimPod);
 //   - Services, ConfigMaps and EndpointSlices: those of pipelines only (label
 //     scheduling.conveyor.dev/pipeline; the EndpointSlice controller copies a Service's labels to
 //     its slices), trimmed to what the controllers read (TrimService, TrimEndpointSlice), and
 //     ConfigMap values held as digests (DigestConfigMap). The operator's controllers start no
-//     informer of Services or EndpointSlices: the binding controller, their only reader, keeps a
-//     compact record of each from reflectors of its own (pkg/binding, records.go), so these two
-//     entries only shape an informer another manager's code asks for;
+//     informer of Services, EndpointSlices or ConfigMaps: the binding controller, the only reader
+//     of the first two, and the Pipeline controller, the only reader of the routes ConfigMaps, keep
+//     a compact record of each from reflectors of their own (pkg/binding, records.go;
+//     pkg/pipeline, routesrecords.go), so these three entries only shape an informer another
+//     manager's code asks for;
 //   - ControllerRevisions and PersistentVolumeClaims: those of WorkerSets only (the WorkerSet
 //     controller labels every revision and claim it writes apps.conveyor.dev/workerset, and lists
 //     them by that label);

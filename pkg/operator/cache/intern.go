@@ -134,6 +134,15 @@ func internType(t *metav1.TypeMeta) {
 	t.APIVersion, t.Kind = intern(t.APIVersion), intern(t.Kind)
 }
 
+// exactConditions returns cs in an array of its length: a JSON decoder grows a list by doubling,
+// so a Pipeline's three conditions come in an array of four (96 bytes each).
+func exactConditions(cs []metav1.Condition) []metav1.Condition {
+	if cap(cs) == len(cs) {
+		return cs
+	}
+	return append(make([]metav1.Condition, 0, len(cs)), cs...)
+}
+
 func internConditions(cs []metav1.Condition) {
 	for i := range cs {
 		c := &cs[i]
@@ -149,6 +158,7 @@ func internObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *schedulingv1alpha1.PipelineBinding:
 		internType(&o.TypeMeta)
+		elideLabels(&o.ObjectMeta, schedulingv1alpha1.PipelineLabel, o.Spec.Pipeline, schedulingv1alpha1.StageLabel, o.Spec.Stage)
 		o.Spec.Stage, o.Spec.Class = intern(o.Spec.Stage), intern(o.Spec.Class)
 		internMeta(&o.ObjectMeta, o.Spec.Pipeline, o.Spec.Stage)
 		o.Spec.Pipeline = oneOf(o.Spec.Pipeline, o.Labels[schedulingv1alpha1.PipelineLabel])
@@ -165,6 +175,7 @@ func internObject(obj any) (any, error) {
 		o.Spec.Workers = shareWorkers(o.Spec.Workers)
 		o.Status.Bindings = internKeys(o.Status.Bindings)
 		o.Status.Phase = schedulingv1alpha1.PipelinePhase(intern(string(o.Status.Phase)))
+		o.Status.Conditions = exactConditions(o.Status.Conditions)
 		internConditions(o.Status.Conditions)
 		for i := range o.Status.Conditions {
 			o.Status.Conditions[i].Message = shareMessage(o.Status.Conditions[i].Message)
@@ -205,6 +216,7 @@ func internObject(obj any) (any, error) {
 			c.Type, c.Status = corev1.PodConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status)))
 		}
 	case *corev1.ConfigMap:
+		elideLabels(&o.ObjectMeta, schedulingv1alpha1.PipelineLabel, routesOwner(&o.ObjectMeta))
 		internMeta(&o.ObjectMeta)
 		o.Data = internKeys(o.Data)
 	default:

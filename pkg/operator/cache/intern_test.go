@@ -185,3 +185,106 @@ func TestInternObjectSharesRepeatedMapsAndChangesNoValue(t *testing.T) {
 		t.Fatal("a deep copy wrote through the shared selector")
 	}
 }
+
+// TestBindingLabelsAreElidedOnlyWhenTheSpecSaysThem: the cache holds no label map for a binding
+// whose labels are exactly the pipeline and stage of its spec, and RestoreLabels gives a copy of it
+// those labels back; any other labels are kept as they are, and a second pass changes nothing.
+func TestBindingLabelsAreElidedOnlyWhenTheSpecSaysThem(t *testing.T) {
+	canonical := func() map[string]string {
+		return map[string]string{strings.Clone(schedulingv1alpha1.PipelineLabel): strings.Clone("p"), strings.Clone(schedulingv1alpha1.StageLabel): strings.Clone("first")}
+	}
+	for _, tc := range []struct {
+		name   string
+		labels func() map[string]string
+		elided bool
+	}{
+		{"the labels the controller writes", canonical, true},
+		{"a foreign label besides", func() map[string]string { m := canonical(); m["team"] = "x"; return m }, false},
+		{"another stage", func() map[string]string { m := canonical(); m[schedulingv1alpha1.StageLabel] = "second"; return m }, false},
+		{"the stage label only", func() map[string]string { return map[string]string{schedulingv1alpha1.StageLabel: "first"} }, false},
+		{"none", func() map[string]string { return nil }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := decodedBinding("p-first")
+			b.Labels = tc.labels()
+			want := b.DeepCopy()
+			if _, err := internObject(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := internObject(b); err != nil { // a streamed list transforms twice
+				t.Fatal(err)
+			}
+			if got := isElided(b.Labels); got != tc.elided {
+				t.Fatalf("labels %v elided %v, want %v", b.Labels, got, tc.elided)
+			}
+			cp := b.DeepCopy() // what a Get returns
+			RestoreLabels(cp)
+			if !reflect.DeepEqual(cp.Labels, want.Labels) {
+				t.Errorf("restored labels %v, want %v", cp.Labels, want.Labels)
+			}
+			if !tc.elided && !reflect.DeepEqual(b.Labels, want.Labels) {
+				t.Errorf("labels changed in the cache: %v, want %v", b.Labels, want.Labels)
+			}
+		})
+	}
+	if len(elidedLabels) != 0 {
+		t.Fatalf("the shared elided map was written to: %v", elidedLabels)
+	}
+}
+
+// TestRoutesLabelIsElidedOnlyWhenItNamesTheController: a ConfigMap labelled with the name of the
+// Pipeline that controls it holds no label map in the cache, and RestoreLabels gives a copy of it
+// the label back; a ConfigMap whose label names another Pipeline, or that no Pipeline controls,
+// keeps its labels.
+func TestRoutesLabelIsElidedOnlyWhenItNamesTheController(t *testing.T) {
+	owner := func(kind string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: kind, Name: "p", UID: "u", Controller: ptr.To(true)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		label  string
+		owners []metav1.OwnerReference
+		elided bool
+	}{
+		{"labelled with its controlling Pipeline", "p", owner("Pipeline"), true},
+		{"labelled with another Pipeline", "q", owner("Pipeline"), false},
+		{"controlled by another kind", "p", owner("PipelineBinding"), false},
+		{"no controller", "p", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p-routes", Namespace: "ns", OwnerReferences: tc.owners,
+				Labels: map[string]string{schedulingv1alpha1.PipelineLabel: tc.label}}, Data: map[string]string{"routes.json": "{}"}}
+			want := cm.DeepCopy()
+			for range 2 { // a streamed list transforms twice
+				if _, err := DigestConfigMap(cm); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := isElided(cm.Labels); got != tc.elided {
+				t.Fatalf("labels %v elided %v, want %v", cm.Labels, got, tc.elided)
+			}
+			cp := cm.DeepCopy()
+			RestoreLabels(cp)
+			if !reflect.DeepEqual(cp.Labels, want.Labels) {
+				t.Errorf("restored labels %v, want %v", cp.Labels, want.Labels)
+			}
+		})
+	}
+}
+
+// TestPipelineConditionsAreHeldInAnArrayOfTheirLength: a decoder's array of four for three
+// conditions is replaced by one of three, with the same conditions.
+func TestPipelineConditionsAreHeldInAnArrayOfTheirLength(t *testing.T) {
+	pl := &schedulingv1alpha1.Pipeline{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+		Status: schedulingv1alpha1.PipelineStatus{Conditions: decoded(metav1.Condition{Type: "Valid"}, metav1.Condition{Type: "Schedulable"}, metav1.Condition{Type: "Ready"})}}
+	want := pl.DeepCopy()
+	if cap(pl.Status.Conditions) != 4 {
+		t.Fatalf("the decoder-shaped list has capacity %d, want 4", cap(pl.Status.Conditions))
+	}
+	if _, err := internObject(pl); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pl.Status.Conditions, want.Status.Conditions) || cap(pl.Status.Conditions) != 3 {
+		t.Errorf("conditions %+v (capacity %d), want %+v in an array of 3", pl.Status.Conditions, cap(pl.Status.Conditions), want.Status.Conditions)
+	}
+}
