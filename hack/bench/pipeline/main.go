@@ -67,8 +67,36 @@
 //	  go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -service-type Headless,ClusterIP
 //	go run ./hack/bench/pipeline -sizes 1000 -contenders floor -floor-variants 8,16,32,64,64:writers,64:fanout,64:own
 //
-// The results are written as Markdown to -out (standard output by default); progress goes to
-// standard error.
+// The scale-out benchmark (-replicas, or -namespaces above 1; scaleout.go) spreads the N Pipelines
+// over -namespaces namespaces bench-000…, evenly or Zipf-skewed (-zipf, the exponent; which
+// namespace gets which share is dealt by -seed), and serves them with R operator replicas: for
+// every entry of -replicas (a count, run with every -contenders entry, or contender:count) a fresh
+// cluster, the namespace conveyor-system for the protocol's Leases, and the contender's processes:
+//
+//   - sharded: R processes with --sharding --shard-id=r<i> --leader-election-namespace=conveyor-system;
+//   - static: R processes each with a --namespaces list, the namespaces split greedily by their
+//     Pipelines (largest first to the replica with the fewest), no leader election;
+//   - operator: one plain process watching every namespace, no leader election.
+//
+// Every replica gets the same client budget (-qps, -burst) and, with -cpu-per-replica, the same
+// CPU limit: a cgroup v1 CFS quota in /sys/fs/cgroup/cpu/conveyor-bench/<run>/<replica> (and a
+// cpuacct cgroup beside it for its CPU time), which a shell enters before it execs the operator;
+// the cgroups are removed after the run. Every namespace with Pipelines gets the three classes and
+// WorkerSets of ceil(k×load/capacity)+spare workers for its k Pipelines. Before the clock the
+// workers are Ready, the sharded replicas hold every bucket with no move pending, and the
+// replicas' reads (the informers of their namespaces) have stopped. The clock runs from the first
+// create until a watch has seen all N Ready. The report gives, per run, the time and throughput,
+// the speedup against one replica, each replica's peak RSS (VmHWM), CPU time and throttled time,
+// the writes per pipeline of all replicas together (rest_client_requests_total of each) and the
+// protocol's own Lease writes (watched in conveyor-system), the bucket Leases' takes during the
+// window, and the namespaces and Pipelines each replica owned at the end (from the bucket Leases'
+// holders). For example:
+//
+//	go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -namespaces 200 \
+//	  -qps 20 -burst 30 -cpu-per-replica 0.25 -replicas sharded:1,sharded:2,sharded:5,sharded:10,static:10,operator:1
+//
+// The results are written as Markdown to -out (standard output by default; a scale-out run also
+// rewrites -out.partial after every run); progress goes to standard error.
 package main
 
 import (

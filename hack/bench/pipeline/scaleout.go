@@ -470,6 +470,19 @@ func measureScale(ctx context.Context, cfg *config, c *cluster.Cluster, res *sca
 	return countScaleObjects(ctx, admin, cfg, res, nss)
 }
 
+// pollLogged is cluster.Poll that logs, every half minute, what the condition still waits for.
+func pollLogged(ctx context.Context, what string, timeout, interval time.Duration, cond func(ctx context.Context) (bool, error)) error {
+	started, last := time.Now(), time.Now()
+	return cluster.Poll(ctx, timeout, interval, func(ctx context.Context) (bool, error) {
+		done, err := cond(ctx)
+		if err != nil && time.Since(last) >= 30*time.Second {
+			last = time.Now()
+			logf("%s, after %s: %v", what, time.Since(started).Round(time.Second), err)
+		}
+		return done, err
+	})
+}
+
 // leaseCounter counts the Lease writes a watch sees between start and stop: every applied write of
 // a Lease is one add or update event.
 type leaseCounter struct {
@@ -553,7 +566,7 @@ func waitLeasesSettled(ctx context.Context, cs kubernetes.Interface, reps []*rep
 		ids[r.id] = true
 	}
 	logf("waiting for %d replicas to hold every bucket with no move pending", len(reps))
-	return cluster.Poll(ctx, scaleSetUpTimeout, time.Second, func(ctx context.Context) (bool, error) {
+	return pollLogged(ctx, "the Leases", scaleSetUpTimeout, time.Second, func(ctx context.Context) (bool, error) {
 		leases, err := cs.CoordinationV1().Leases(shardNamespace).List(ctx, metav1.ListOptions{LabelSelector: shard.LeaseLabel})
 		if err != nil {
 			return false, err
@@ -603,7 +616,7 @@ func leasesSettled(leases []coordinationv1.Lease, ids map[string]bool) (bool, er
 func waitReplicasQuiet(ctx context.Context, reps []*replica) error {
 	logf("waiting for the replicas' reads to settle")
 	last, quiet := -1.0, 0
-	return cluster.Poll(ctx, scaleSetUpTimeout, 3*time.Second, func(ctx context.Context) (bool, error) {
+	return pollLogged(ctx, "the replicas' reads", scaleSetUpTimeout, 3*time.Second, func(ctx context.Context) (bool, error) {
 		var gets float64
 		for _, r := range reps {
 			c, err := scrapeOperator(ctx, r.metrics)
@@ -648,7 +661,7 @@ func setUpScaleWorkers(ctx context.Context, admin client.Client, cfg *config, mo
 		return err
 	}
 	logf("waiting for the workers of %d classes to be Ready", len(want))
-	return cluster.Poll(ctx, scaleSetUpTimeout, 2*time.Second, func(ctx context.Context) (bool, error) {
+	return pollLogged(ctx, "the workers", scaleSetUpTimeout, 2*time.Second, func(ctx context.Context) (bool, error) {
 		sets := &appsv1alpha1.WorkerSetList{}
 		if err := admin.List(ctx, sets); err != nil {
 			return false, err

@@ -4,6 +4,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/conveyor-dev/conveyor/pkg/shard"
 )
 
 func sum(xs []int) int {
@@ -210,5 +215,74 @@ func TestParseScaleRuns(t *testing.T) {
 		if err != nil || !slices.Equal(got, tt.want) {
 			t.Errorf("parseScaleRuns(%q, %v) = %v, %v; want %v", tt.in, tt.contenders, got, err, tt.want)
 		}
+	}
+}
+
+func TestLeasesSettled(t *testing.T) {
+	lease := func(name, holder string, annotations map[string]string) coordinationv1.Lease {
+		l := coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
+		if holder != "" {
+			l.Spec.HolderIdentity = &holder
+		}
+		return l
+	}
+	settled := func(holderOf func(b int) string, next func(b int) string, members ...coordinationv1.Lease) []coordinationv1.Lease {
+		out := slices.Clone(members)
+		for b := range shard.Buckets {
+			out = append(out, lease(shard.BucketLeaseName(b), holderOf(b), map[string]string{shard.NextOwnerAnnotation: next(b)}))
+		}
+		return out
+	}
+	alternate := func(b int) string { return []string{"r0_a", "r1_b"}[b%2] }
+	ids := map[string]bool{"r0": true, "r1": true}
+	members := []coordinationv1.Lease{lease(shard.MemberLeaseName("r0"), "r0_a", nil), lease(shard.MemberLeaseName("r1"), "r1_b", nil)}
+	tests := []struct {
+		name   string
+		leases []coordinationv1.Lease
+		want   bool
+		err    string
+	}{
+		{name: "every bucket held by its next owner", leases: settled(alternate, alternate, members...), want: true},
+		{name: "a member missing", leases: settled(alternate, alternate, members[0]), err: "replica r1 has no member Lease"},
+		{name: "a member leaving", leases: settled(alternate, alternate, members[0],
+			lease(shard.MemberLeaseName("r1"), "r1_b", map[string]string{shard.LeavingAnnotation: "true"})), err: "replica r1 has no member Lease"},
+		{name: "a move pending", leases: settled(alternate, func(b int) string {
+			if b == 5 {
+				return "r0_a"
+			}
+			return alternate(b)
+		}, members...), err: "63 of 64 buckets"},
+		{name: "a bucket free", leases: settled(func(b int) string {
+			if b == 7 {
+				return ""
+			}
+			return alternate(b)
+		}, alternate, members...), err: "conveyor-bucket-07"},
+		{name: "a bucket held by a stranger", leases: settled(func(int) string { return "x_1" }, func(int) string { return "x_1" }, members...), err: "0 of 64"},
+	}
+	for _, tt := range tests {
+		got, err := leasesSettled(tt.leases, ids)
+		if got != tt.want || (tt.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("%s: leasesSettled = %v, %v; want %v, an error containing %q", tt.name, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// The replicas' namespaces and Pipelines at the end come from the holders of their buckets.
+func TestOwnedAtEnd(t *testing.T) {
+	nss := []string{"bench-000", "bench-001", "bench-002", "bench-003"}
+	counts := []int{5, 1, 2, 0}
+	holders := map[int]string{}
+	for i, ns := range nss[:3] {
+		holders[shard.BucketOf(ns)] = []string{"r0_x", "r1_y", "r0_x"}[i]
+	}
+	if len(holders) != 3 || holders[shard.BucketOf(nss[3])] != "" {
+		t.Fatal("the test's namespaces must hash to four different buckets")
+	}
+	res := &scaleResult{reps: []*replicaResult{{id: "r0"}, {id: "r1"}}}
+	unowned := ownedAtEnd(res, holders, nss, counts) // bench-003's bucket has no holder
+	r0, r1 := res.reps[0], res.reps[1]
+	if r0.namespaces != 2 || r0.pipelines != 7 || r1.namespaces != 1 || r1.pipelines != 1 || unowned != 1 {
+		t.Errorf("r0 %d namespaces %d pipelines, r1 %d / %d, %d unowned; want 2 / 7, 1 / 1, 1", r0.namespaces, r0.pipelines, r1.namespaces, r1.pipelines, unowned)
 	}
 }
