@@ -278,22 +278,9 @@ func parseFlags() (*config, error) {
 			return nil, fmt.Errorf("-service-type: %q is neither Headless nor ClusterIP", t)
 		}
 	}
-	for _, c := range strings.Split(contenders, ",") {
-		switch c = strings.TrimSpace(c); c {
-		case contenderFloor, contenderOperator:
-			cfg.contenders = append(cfg.contenders, c)
-		case contenderSharded, contenderStatic:
-			cfg.contenders = append(cfg.contenders, c)
-		default:
-			return nil, fmt.Errorf("-contenders: %q is none of floor, operator, sharded, static", c)
-		}
-	}
 	var err error
-	if cfg.runs, err = parseScaleRuns(replicas, cfg.contenders); err != nil {
+	if cfg.contenders, cfg.runs, err = parseContenders(contenders, replicas, cfg.namespaces); err != nil {
 		return nil, err
-	}
-	if len(cfg.runs) == 0 && (cfg.namespaces > 1 || slices.Contains(cfg.contenders, contenderSharded) || slices.Contains(cfg.contenders, contenderStatic)) {
-		cfg.runs, _ = parseScaleRuns("1", cfg.contenders)
 	}
 	cfg.operatorArgs = strings.Fields(operatorArgs)
 	for _, s := range strings.Split(sizes, ",") {
@@ -326,6 +313,29 @@ func parseFlags() (*config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// parseContenders reads -contenders and -replicas: the contenders, and the scale-out runs (none
+// for the single-namespace benchmark; one replica each when only -namespaces or a scale-out
+// contender asks for it).
+func parseContenders(contenders, replicas string, namespaces int) ([]string, []scaleRun, error) {
+	var out []string
+	for _, c := range strings.Split(contenders, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case contenderFloor, contenderOperator, contenderSharded, contenderStatic:
+			out = append(out, c)
+		default:
+			return nil, nil, fmt.Errorf("-contenders: %q is none of floor, operator, sharded, static", c)
+		}
+	}
+	runs, err := parseScaleRuns(replicas, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(runs) == 0 && (namespaces > 1 || slices.Contains(out, contenderSharded) || slices.Contains(out, contenderStatic)) {
+		runs, _ = parseScaleRuns("1", out)
+	}
+	return out, runs, nil
 }
 
 // checkScaleOut checks the flags of a scale-out run: no floor, a CPU limit the kernel takes,

@@ -427,23 +427,8 @@ func measureScale(ctx context.Context, cfg *config, c *cluster.Cluster, res *sca
 	// 4. The counters after.
 	res.load1End = loadAverage()
 	res.shardLeaseWrites = leaseWrites.stop()
-	for i, r := range reps {
-		after, err := scrapeOperator(ctx, r.metrics)
-		if err != nil {
-			return fmt.Errorf("replica %s: %w", r.id, err)
-		}
-		rr := &replicaResult{id: r.id, requests: after.minus(before[i]).requests, namespaces: len(r.namespaces)}
-		var cpu time.Duration
-		cpu, rr.cpuFrom = r.cpu()
-		rr.cpu = cpu - cpuBefore[i]
-		rr.throttled = r.throttled() - throttledBefore[i]
-		if rr.peakRSS, _ = r.op.Usage(); rr.peakRSS == 0 {
-			return fmt.Errorf("could not read replica %s's VmHWM (did it exit?): %s", r.id, r.op.Tail())
-		}
-		for _, ns := range r.namespaces {
-			rr.pipelines += counts[slices.Index(nss, ns)]
-		}
-		res.reps = append(res.reps, rr)
+	if res.reps, err = replicaResults(ctx, reps, before, cpuBefore, throttledBefore, nss, counts); err != nil {
+		return err
 	}
 	apiAfter, _, err := apiserverWrites(ctx, cs)
 	if err != nil {
@@ -481,6 +466,32 @@ func pollLogged(ctx context.Context, what string, timeout, interval time.Duratio
 		}
 		return done, err
 	})
+}
+
+// replicaResults reads what every replica did since before, cpuBefore and throttledBefore were
+// taken: its requests, CPU and throttled time, and its peak RSS; and, for a static or plain
+// replica, the namespaces and Pipelines it serves.
+func replicaResults(ctx context.Context, reps []*replica, before []operatorCounters, cpuBefore, throttledBefore []time.Duration, nss []string, counts []int) ([]*replicaResult, error) {
+	var out []*replicaResult
+	for i, r := range reps {
+		after, err := scrapeOperator(ctx, r.metrics)
+		if err != nil {
+			return nil, fmt.Errorf("replica %s: %w", r.id, err)
+		}
+		rr := &replicaResult{id: r.id, requests: after.minus(before[i]).requests, namespaces: len(r.namespaces)}
+		var cpu time.Duration
+		cpu, rr.cpuFrom = r.cpu()
+		rr.cpu = cpu - cpuBefore[i]
+		rr.throttled = r.throttled() - throttledBefore[i]
+		if rr.peakRSS, _ = r.op.Usage(); rr.peakRSS == 0 {
+			return nil, fmt.Errorf("could not read replica %s's VmHWM (did it exit?): %s", r.id, r.op.Tail())
+		}
+		for _, ns := range r.namespaces {
+			rr.pipelines += counts[slices.Index(nss, ns)]
+		}
+		out = append(out, rr)
+	}
+	return out, nil
 }
 
 // leaseCounter counts the Lease writes a watch sees between start and stop: every applied write of

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -153,17 +152,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// parseInts reads a comma-separated list of positive integers.
-func parseInts(s, what string) ([]int, error) {
-	var out []int
-	for _, f := range splitList(s) {
-		v, err := strconv.Atoi(f)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("%s: %q is not a positive number", what, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
