@@ -337,7 +337,7 @@ func setUpWorkers(ctx context.Context, admin client.Client, cfg *config, workers
 	for _, class := range classes {
 		wc := fixtures.MakeWorkerClass(namespace, class).Capacity(int32(cfg.capacity)).Placement(schedulingv1alpha1.PlacementPack).Obj()
 		wc.Spec.ServiceType = mode
-		for _, o := range []client.Object{wc, workerSet(class, workers)} {
+		for _, o := range []client.Object{wc, workerSet(namespace, class, workers)} {
 			if err := admin.Create(ctx, o); err != nil {
 				return fmt.Errorf("create %s: %w", o.GetName(), err)
 			}
@@ -431,8 +431,8 @@ func countObjects(ctx context.Context, admin client.Client, cfg *config, res *re
 // workerSet is a class's WorkerSet, as in examples/: Pods labelled with the class, one container
 // with the http port the default Service port targets, created in parallel. The default scheduler
 // places them (the benchmark does not run conveyor-scheduler).
-func workerSet(class string, replicas int) *appsv1alpha1.WorkerSet {
-	return fixtures.MakeWorkerSet(namespace, class).Replicas(int32(replicas)).Class(class).
+func workerSet(ns, class string, replicas int) *appsv1alpha1.WorkerSet {
+	return fixtures.MakeWorkerSet(ns, class).Replicas(int32(replicas)).Class(class).
 		PodManagementPolicy(appsv1alpha1.ParallelPodManagement).Obj()
 }
 
@@ -457,7 +457,7 @@ func createPipelines(ctx context.Context, c client.Client, cfg *config, n int, t
 					errs <- err
 					return
 				}
-				tr.created(pipelineName(i))
+				tr.created(trackKey(namespace, pipelineName(i)))
 				if created != nil {
 					created(p)
 				}
@@ -509,15 +509,19 @@ func createPipeline(ctx context.Context, c client.Client, p *schedulingv1alpha1.
 // watchPipelines runs an informer on the Pipelines of the namespace that feeds tr, and returns
 // once it has synced.
 func watchPipelines(ctx context.Context, rc *rest.Config, tr *tracker) (func(), error) {
-	return watchNamespace(ctx, rc, &schedulingv1alpha1.Pipeline{}, tr.observe)
+	return watchNamespace(ctx, rc, namespace, &schedulingv1alpha1.Pipeline{}, tr.observe)
 }
 
-// watchNamespace runs an informer on the objects of obj's kind in the run's namespace, calls
-// observe for every add and update, and returns once it has synced; the function it returns
-// stops it.
-func watchNamespace(ctx context.Context, rc *rest.Config, obj client.Object, observe func(any)) (func(), error) {
+// watchNamespace runs an informer on the objects of obj's kind in namespace ns (every namespace
+// when ns is empty), calls observe for every add and update, and returns once it has synced; the
+// function it returns stops it.
+func watchNamespace(ctx context.Context, rc *rest.Config, ns string, obj client.Object, observe func(any)) (func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
-	ca, err := cache.New(rc, cache.Options{Scheme: cluster.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
+	opts := cache.Options{Scheme: cluster.Scheme()}
+	if ns != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	}
+	ca, err := cache.New(rc, opts)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -541,6 +545,9 @@ func watchNamespace(ctx context.Context, rc *rest.Config, obj client.Object, obs
 	}
 	return cancel, nil
 }
+
+// trackKey is how the tracker names a Pipeline: namespace/name.
+func trackKey(ns, name string) string { return ns + "/" + name }
 
 // tracker records, from the Pipeline watch, when each Pipeline was created (its create call
 // returned), first Plotted or Ready, and first Ready, relative to the start of the run.
@@ -595,16 +602,16 @@ func (t *tracker) observe(obj any) {
 		return
 	}
 	at := time.Since(t.started)
-	phase := p.Status.Phase
-	if t.phases[p.Name] == schedulingv1alpha1.PipelineReady && phase != schedulingv1alpha1.PipelineReady {
+	phase, key := p.Status.Phase, trackKey(p.Namespace, p.Name)
+	if t.phases[key] == schedulingv1alpha1.PipelineReady && phase != schedulingv1alpha1.PipelineReady {
 		t.leftReady++
 	}
-	t.phases[p.Name] = phase
-	if _, ok := t.plotted[p.Name]; !ok && (phase == schedulingv1alpha1.PipelinePlotted || phase == schedulingv1alpha1.PipelineReady) {
-		t.plotted[p.Name] = at
+	t.phases[key] = phase
+	if _, ok := t.plotted[key]; !ok && (phase == schedulingv1alpha1.PipelinePlotted || phase == schedulingv1alpha1.PipelineReady) {
+		t.plotted[key] = at
 	}
-	if _, ok := t.ready[p.Name]; !ok && phase == schedulingv1alpha1.PipelineReady {
-		t.ready[p.Name] = at
+	if _, ok := t.ready[key]; !ok && phase == schedulingv1alpha1.PipelineReady {
+		t.ready[key] = at
 	}
 	if !t.closed && t.readyNow() == t.n {
 		t.closed = true

@@ -352,7 +352,7 @@ func (t *endpointTracker) last() time.Duration {
 
 // watchEndpointSlices runs an informer on the namespace's EndpointSlices of Services and feeds t.
 func watchEndpointSlices(ctx context.Context, rc *rest.Config, t *endpointTracker) (func(), error) {
-	return watchNamespace(ctx, rc, &discoveryv1.EndpointSlice{}, t.observe)
+	return watchNamespace(ctx, rc, namespace, &discoveryv1.EndpointSlice{}, t.observe)
 }
 
 // floorPlan reads the Ready workers and computes the floor's assignment of every stage.
@@ -533,7 +533,7 @@ func runFloorWriters(ctx context.Context, cancel context.CancelFunc, cfg *config
 					fail(err)
 					return
 				}
-				tr.created(pl.Name)
+				tr.created(trackKey(pl.Namespace, pl.Name))
 				writeOne(pl)
 			}
 		})

@@ -67,11 +67,40 @@
 //	  go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -service-type Headless,ClusterIP
 //	go run ./hack/bench/pipeline -sizes 1000 -contenders floor -floor-variants 8,16,32,64,64:writers,64:fanout,64:own
 //
-// The results are written as Markdown to -out (standard output by default); progress goes to
-// standard error.
+// The scale-out benchmark (-replicas, or -namespaces above 1; scaleout.go) spreads the N Pipelines
+// over -namespaces namespaces bench-000…, evenly or Zipf-skewed (-zipf, the exponent; which
+// namespace gets which share is dealt by -seed), and serves them with R operator replicas: for
+// every entry of -replicas (a count, run with every -contenders entry, or contender:count) a fresh
+// cluster, the namespace conveyor-system for the protocol's Leases, and the contender's processes:
+//
+//   - sharded: R processes with --sharding --shard-id=r<i> --leader-election-namespace=conveyor-system;
+//   - static: R processes each with a --namespaces list, the namespaces split greedily by their
+//     Pipelines (largest first to the replica with the fewest), no leader election;
+//   - operator: one plain process watching every namespace, no leader election.
+//
+// Every replica gets the same client budget (-qps, -burst) and, with -cpu-per-replica, the same
+// CPU limit: a cgroup v1 CFS quota in /sys/fs/cgroup/cpu/conveyor-bench/<run>/<replica> (and a
+// cpuacct cgroup beside it for its CPU time), which a shell enters before it execs the operator;
+// the cgroups are removed after the run. Every namespace with Pipelines gets the three classes and
+// WorkerSets of ceil(k×load/capacity)+spare workers for its k Pipelines. Before the clock the
+// workers are Ready, the sharded replicas hold every bucket with no move pending, and the
+// replicas' reads (the informers of their namespaces) have stopped. The clock runs from the first
+// create until a watch has seen all N Ready. The report gives, per run, the time and throughput,
+// the speedup against one replica, each replica's peak RSS (VmHWM), CPU time and throttled time,
+// the writes per pipeline of all replicas together (rest_client_requests_total of each) and the
+// protocol's own Lease writes (watched in conveyor-system), the bucket Leases' takes during the
+// window, and the namespaces and Pipelines each replica owned at the end (from the bucket Leases'
+// holders). For example:
+//
+//	go run ./hack/bench/pipeline -operator /tmp/bench-bin/conveyor-operator -sizes 1000 -namespaces 200 \
+//	  -qps 20 -burst 30 -cpu-per-replica 0.25 -replicas sharded:1,sharded:2,sharded:5,sharded:10,static:10,operator:1
+//
+// The results are written as Markdown to -out (standard output by default; a scale-out run also
+// rewrites -out.partial after every run); progress goes to standard error.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -80,6 +109,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +144,61 @@ type config struct {
 	// cluster runs one after the other, reset in between.
 	floor    floorVariant
 	variants []floorVariant
+
+	// The scale-out runs (scaleout.go): the Pipelines over namespaces namespaces, Zipf-skewed by
+	// zipf (0: uniform), dealt by seed; every contender at every count of replicas, each replica
+	// held to cpuPerReplica cores (0: no limit).
+	namespaces    int
+	zipf          float64
+	seed          uint64
+	runs          []scaleRun
+	cpuPerReplica float64
+}
+
+// scaleOut says whether the run is the scale-out benchmark (-replicas, -namespaces or a sharded or
+// static contender) rather than the single-namespace one.
+func (c *config) scaleOut() bool { return len(c.runs) > 0 }
+
+// scaleRun is one run of the scale-out benchmark: a contender at a number of replicas.
+type scaleRun struct {
+	contender string
+	replicas  int
+}
+
+// parseScaleRuns reads -replicas: a comma-separated list whose entries are a number of replicas,
+// which runs every contender at it (the plain operator only at 1), or contender:replicas, which
+// runs that one; in the order written.
+func parseScaleRuns(s string, contenders []string) ([]scaleRun, error) {
+	var out []scaleRun
+	for _, f := range splitList(s) {
+		c, count, explicit := strings.Cut(f, ":")
+		if !explicit {
+			count = c
+		}
+		r, err := strconv.Atoi(count)
+		if err != nil || r < 1 {
+			return nil, fmt.Errorf("-replicas: %q: want a positive number of replicas", f)
+		}
+		if explicit {
+			switch c {
+			case contenderSharded, contenderStatic, contenderOperator:
+			default:
+				return nil, fmt.Errorf("-replicas: %q: the contender must be sharded, static or operator", f)
+			}
+			if c == contenderOperator && r != 1 {
+				return nil, fmt.Errorf("-replicas: %q: the plain operator runs as one process", f)
+			}
+			out = append(out, scaleRun{c, r})
+			continue
+		}
+		for _, c := range contenders {
+			if c == contenderOperator && r != 1 {
+				continue
+			}
+			out = append(out, scaleRun{c, r})
+		}
+	}
+	return out, nil
 }
 
 func main() {
@@ -154,7 +239,18 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&floorConns, "floor-conns", "shared", "The floor's connections to the apiserver: shared (one HTTP/2 connection for every writer) or own (one per writer).")
 	flag.StringVar(&variants, "floor-variants", "", "Comma-separated floor variants to run one after the other on the floor's cluster, reset in between, e.g. 16,64,64:writers,64:fanout,64:own: "+
 		"a number of writers, then optional keywords apart|writers, serial|fanout, shared|own; what a variant leaves out comes from the -floor-* flags. Empty: one floor run of the -floor-* flags.")
+	var replicas string
+	flag.IntVar(&cfg.namespaces, "namespaces", 1, "Namespaces the Pipelines spread over (scale-out runs); 1 with no -replicas is the single-namespace benchmark.")
+	flag.Float64Var(&cfg.zipf, "zipf", 0, "Zipf exponent of the Pipelines' spread over the namespaces, e.g. 1.1; 0 spreads them evenly.")
+	flag.Uint64Var(&cfg.seed, "seed", 1, "Seed of which namespace gets which share, and of the order of the creates (scale-out runs).")
+	flag.StringVar(&replicas, "replicas", "", "Comma-separated counts of operator replicas, e.g. 1,2,5,10: every count with every contender (sharded, static, operator at 1 only) is a run on a fresh cluster. Setting it (or -namespaces above 1) makes this the scale-out benchmark.")
+	flag.Float64Var(&cfg.cpuPerReplica, "cpu-per-replica", 0, "CPU limit of every replica in cores, through a cgroup v1 CFS quota under /sys/fs/cgroup/cpu/conveyor-bench (scale-out runs); 0 means no limit.")
 	flag.Parse()
+	contendersSet := false
+	flag.Visit(func(f *flag.Flag) { contendersSet = contendersSet || f.Name == "contenders" })
+	if (replicas != "" || cfg.namespaces > 1) && !contendersSet {
+		contenders = contenderSharded
+	}
 	switch floorConns {
 	case "shared", "own":
 		cfg.floor.ownConns = floorConns == "own"
@@ -182,13 +278,9 @@ func parseFlags() (*config, error) {
 			return nil, fmt.Errorf("-service-type: %q is neither Headless nor ClusterIP", t)
 		}
 	}
-	for _, c := range strings.Split(contenders, ",") {
-		switch c = strings.TrimSpace(c); c {
-		case contenderFloor, contenderOperator:
-			cfg.contenders = append(cfg.contenders, c)
-		default:
-			return nil, fmt.Errorf("-contenders: %q is neither floor nor operator", c)
-		}
+	var err error
+	if cfg.contenders, cfg.runs, err = parseContenders(contenders, replicas, cfg.namespaces); err != nil {
+		return nil, err
 	}
 	cfg.operatorArgs = strings.Fields(operatorArgs)
 	for _, s := range strings.Split(sizes, ",") {
@@ -212,12 +304,69 @@ func parseFlags() (*config, error) {
 	if cfg.qps > 0 && cfg.burst <= 0 {
 		cfg.burst = int(cfg.qps * 1.5)
 	}
+	if cfg.scaleOut() {
+		return cfg, checkScaleOut(cfg)
+	}
 	for _, n := range cfg.sizes {
 		if need := 3 * cfg.workers(n); need > cfg.nodes*cfg.podsPerNode {
 			return nil, fmt.Errorf("%d nodes of %d Pods cannot hold %d workers", cfg.nodes, cfg.podsPerNode, need)
 		}
 	}
 	return cfg, nil
+}
+
+// parseContenders reads -contenders and -replicas: the contenders, and the scale-out runs (none
+// for the single-namespace benchmark; one replica each when only -namespaces or a scale-out
+// contender asks for it).
+func parseContenders(contenders, replicas string, namespaces int) ([]string, []scaleRun, error) {
+	var out []string
+	for _, c := range strings.Split(contenders, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case contenderFloor, contenderOperator, contenderSharded, contenderStatic:
+			out = append(out, c)
+		default:
+			return nil, nil, fmt.Errorf("-contenders: %q is none of floor, operator, sharded, static", c)
+		}
+	}
+	runs, err := parseScaleRuns(replicas, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(runs) == 0 && (namespaces > 1 || slices.Contains(out, contenderSharded) || slices.Contains(out, contenderStatic)) {
+		runs, _ = parseScaleRuns("1", out)
+	}
+	return out, runs, nil
+}
+
+// checkScaleOut checks the flags of a scale-out run: no floor, a CPU limit the kernel takes,
+// enough namespaces for the static split, and room on the nodes for every namespace's workers.
+func checkScaleOut(cfg *config) error {
+	if cfg.namespaces < 1 || cfg.zipf < 0 {
+		return errors.New("-namespaces must be at least 1 and -zipf not negative")
+	}
+	if _, err := cfsQuota(cfg.cpuPerReplica, cfsPeriod); err != nil {
+		return fmt.Errorf("-cpu-per-replica: %w", err)
+	}
+	for _, r := range cfg.runs {
+		if r.contender == contenderFloor {
+			return errors.New("-contenders: the floor runs in one namespace only, not with -replicas or -namespaces")
+		}
+		if r.contender == contenderStatic && r.replicas > cfg.namespaces {
+			return fmt.Errorf("-replicas: the static contender needs a namespace per replica, and there are %d", cfg.namespaces)
+		}
+	}
+	for _, n := range cfg.sizes {
+		need := 0
+		for _, k := range namespaceCounts(n, cfg.namespaces, cfg.zipf, cfg.seed) {
+			if k > 0 {
+				need += 3 * cfg.workers(k)
+			}
+		}
+		if need > cfg.nodes*cfg.podsPerNode {
+			return fmt.Errorf("%d nodes of %d Pods cannot hold the %d workers of %d pipelines over %d namespaces", cfg.nodes, cfg.podsPerNode, need, n, cfg.namespaces)
+		}
+	}
+	return nil
 }
 
 // workers is the number of workers of every class for n Pipelines.
@@ -285,6 +434,9 @@ func run(cfg *config) error {
 	}
 
 	started := time.Now()
+	if cfg.scaleOut() {
+		return runScaleOut(ctx, cfg, root, out, started)
+	}
 	var results []*result
 	var errs []error
 runs:
@@ -304,5 +456,43 @@ runs:
 	}
 	logf("finished after %s", time.Since(started).Round(time.Second))
 	writeReport(out, cfg, results)
+	return errors.Join(errs...)
+}
+
+// runScaleOut runs every size, service type, count of replicas and contender of the scale-out
+// benchmark, each on a fresh cluster, and writes the report.
+func runScaleOut(ctx context.Context, cfg *config, root string, out io.Writer, started time.Time) error {
+	var results []*scaleResult
+	var errs []error
+runs:
+	for _, n := range cfg.sizes {
+		for _, mode := range cfg.serviceTypes {
+			for _, run := range cfg.runs {
+				res, err := runScale(ctx, cfg, root, n, mode, run.contender, run.replicas)
+				if res != nil {
+					results = append(results, res)
+				}
+				if cfg.out != "-" {
+					// The report so far, in case a later run does not end.
+					var b bytes.Buffer
+					writeScaleReport(&b, cfg, results)
+					if err := os.WriteFile(cfg.out+".partial", b.Bytes(), 0o644); err != nil {
+						logf("writing the partial report: %v", err)
+					}
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%d pipelines, %s, %s ×%d: %w", n, mode, run.contender, run.replicas, err))
+					if ctx.Err() != nil {
+						break runs
+					}
+				}
+			}
+		}
+	}
+	logf("finished after %s", time.Since(started).Round(time.Second))
+	for _, h := range []string{"cpu", "cpuacct"} {
+		_ = os.Remove(filepath.Join(cgroupV1, h, cgroupParent)) // fails, harmlessly, while another run uses it
+	}
+	writeScaleReport(out, cfg, results)
 	return errors.Join(errs...)
 }
