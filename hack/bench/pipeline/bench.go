@@ -107,13 +107,11 @@ func (r *result) operatorWrites() float64 {
 	return m["POST"] + m["PUT"] + m["PATCH"] + m["DELETE"]
 }
 
-// runSize measures n Pipelines with one contender and service type on a fresh cluster: the
-// operator once, the floor once per variant.
-func runSize(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string) ([]*result, error) {
-	res := &result{n: n, mode: mode, contender: contender, workers: cfg.workers(n), variant: cfg.variants[0]}
-	logf("%s: starting a cluster with %d nodes of %d Pods", res.label(), cfg.nodes, cfg.podsPerNode)
-	c, err := cluster.Start(ctx, cluster.Options{
-		Name:             fmt.Sprintf("pipebench-%s-%d", contender, n),
+// startCluster starts a fresh benchmark cluster named name with the CRDs installed; stop stops
+// it, logging a failure under label.
+func startCluster(ctx context.Context, cfg *config, root, name, label string) (c *cluster.Cluster, stop func(), err error) {
+	c, err = cluster.Start(ctx, cluster.Options{
+		Name:             name,
 		Nodes:            cfg.nodes,
 		NodeCapacity:     corev1.ResourceList{corev1.ResourcePods: resource.MustParse(strconv.Itoa(cfg.podsPerNode))},
 		DisableQPSLimits: true,
@@ -121,16 +119,30 @@ func runSize(ctx context.Context, cfg *config, root string, n int, mode scheduli
 		Logf:             logf,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() {
+	stop = func() {
 		if err := c.Stop(); err != nil {
-			logf("%s: stopping the cluster: %v", res.label(), err)
+			logf("%s: stopping the cluster: %v", label, err)
 		}
-	}()
+	}
 	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return c, stop, nil
+}
+
+// runSize measures n Pipelines with one contender and service type on a fresh cluster: the
+// operator once, the floor once per variant.
+func runSize(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string) ([]*result, error) {
+	res := &result{n: n, mode: mode, contender: contender, workers: cfg.workers(n), variant: cfg.variants[0]}
+	logf("%s: starting a cluster with %d nodes of %d Pods", res.label(), cfg.nodes, cfg.podsPerNode)
+	c, stop, err := startCluster(ctx, cfg, root, fmt.Sprintf("pipebench-%s-%d", contender, n), res.label())
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	results, err := measure(ctx, cfg, c, res)
 	if err != nil {
 		c.DumpLogTails(os.Stderr, 30)

@@ -16,7 +16,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -307,25 +306,11 @@ func runScale(ctx context.Context, cfg *config, root string, n int, mode schedul
 		}
 	}
 	logf("%s: starting a cluster with %d nodes of %d Pods (load average %s)", res.label(), cfg.nodes, cfg.podsPerNode, res.uptimeStart)
-	c, err := cluster.Start(ctx, cluster.Options{
-		Name:             fmt.Sprintf("pipescale-%s-%d-%d", contender, replicas, n),
-		Nodes:            cfg.nodes,
-		NodeCapacity:     corev1.ResourceList{corev1.ResourcePods: resource.MustParse(strconv.Itoa(cfg.podsPerNode))},
-		DisableQPSLimits: true,
-		ExtraArgs:        []string{"--extra-args=kube-apiserver=service-cluster-ip-range=" + serviceRange},
-		Logf:             logf,
-	})
+	c, stop, err := startCluster(ctx, cfg, root, fmt.Sprintf("pipescale-%s-%d-%d", contender, replicas, n), res.label())
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := c.Stop(); err != nil {
-			logf("%s: stopping the cluster: %v", res.label(), err)
-		}
-	}()
-	if err := c.InstallCRDs(ctx, filepath.Join(root, "charts", "conveyor", "crds")); err != nil {
-		return nil, err
-	}
+	defer stop()
 	err = measureScale(ctx, cfg, c, res, nss, counts)
 	if err != nil {
 		c.DumpLogTails(os.Stderr, 30)
