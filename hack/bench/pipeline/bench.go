@@ -458,20 +458,31 @@ func newPipeline(i, load int) *schedulingv1alpha1.Pipeline {
 // createPipelines creates the n Pipelines from cfg.creators goroutines, retrying transient errors,
 // and hands each created one (as the apiserver returned it) to created when it is not nil.
 func createPipelines(ctx context.Context, c client.Client, cfg *config, n int, tr *tracker, created func(*schedulingv1alpha1.Pipeline)) error {
+	return inParallel(ctx, cfg.creators, n, func(i int) error {
+		p := newPipeline(i, cfg.load)
+		if err := createPipeline(ctx, c, p); err != nil {
+			return err
+		}
+		tr.created(trackKey(namespace, pipelineName(i)))
+		if created != nil {
+			created(p)
+		}
+		return nil
+	})
+}
+
+// inParallel calls do for 0…n-1 from workers goroutines. A worker whose call fails stops, no
+// further index is handed out, and the errors are returned joined.
+func inParallel(ctx context.Context, workers, n int, do func(i int) error) error {
 	next := make(chan int)
-	errs := make(chan error, cfg.creators)
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
-	for range cfg.creators {
+	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				p := newPipeline(i, cfg.load)
-				if err := createPipeline(ctx, c, p); err != nil {
+				if err := do(i); err != nil {
 					errs <- err
 					return
-				}
-				tr.created(trackKey(namespace, pipelineName(i)))
-				if created != nil {
-					created(p)
 				}
 			}
 		})

@@ -726,40 +726,15 @@ func createScalePipelines(ctx context.Context, c client.Client, cfg *config, nss
 		}
 	}
 	rand.New(rand.NewPCG(cfg.seed, 1)).Shuffle(len(items), func(a, b int) { items[a], items[b] = items[b], items[a] })
-	next := make(chan item)
-	errs := make(chan error, cfg.creators)
-	var wg sync.WaitGroup
-	for range cfg.creators {
-		wg.Go(func() {
-			for it := range next {
-				p := fixtures.MakePipeline(it.ns, pipelineName(it.i)).Load(int32(cfg.load)).Chain(classes...).Obj()
-				if err := createPipeline(ctx, c, p); err != nil {
-					errs <- err
-					return
-				}
-				tr.created(trackKey(it.ns, p.Name))
-			}
-		})
-	}
-	var sendErr error
-send:
-	for _, it := range items {
-		select {
-		case next <- it:
-		case sendErr = <-errs:
-			break send
-		case <-ctx.Done():
-			sendErr = ctx.Err()
-			break send
+	return inParallel(ctx, cfg.creators, len(items), func(k int) error {
+		it := items[k]
+		p := fixtures.MakePipeline(it.ns, pipelineName(it.i)).Load(int32(cfg.load)).Chain(classes...).Obj()
+		if err := createPipeline(ctx, c, p); err != nil {
+			return err
 		}
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		sendErr = errors.Join(sendErr, err)
-	}
-	return sendErr
+		tr.created(trackKey(it.ns, p.Name))
+		return nil
+	})
 }
 
 // countScaleObjects counts the bindings and Services of the Pipelines in every namespace and
