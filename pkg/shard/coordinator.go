@@ -112,8 +112,8 @@ type coordinator struct {
 	// joined is when this replica first saw each incarnation hold its member Lease.
 	joined map[string]time.Time
 	// coldSince is when this coordinator found the ring cold (no bucket held by or meant for a
-	// live member), zero when it is not; settleEnd is when its wait for more members ends, zero
-	// when it does not wait.
+	// member whose Lease is alive), zero when it is not; settleEnd is when its wait for more
+	// members ends, zero when it does not wait.
 	coldSince, settleEnd time.Time
 }
 

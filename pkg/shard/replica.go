@@ -43,7 +43,7 @@ type Timings struct {
 	// and the coordinator moves what it held as if it had died.
 	LeaveTimeout time.Duration
 	// Settle is how long the coordinator waits, at a cold start (no bucket held by or meant for a
-	// live member), for no more members to join before it assigns the buckets: replicas started
+	// member whose Lease is alive), for no more members to join before it assigns the buckets: replicas started
 	// together then get a fair share each, rather than the first to join taking every bucket and
 	// handing most of them on. It waits at most LeaseDuration + Margin from when it found the ring
 	// cold. Zero takes RenewInterval.
