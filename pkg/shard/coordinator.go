@@ -109,12 +109,19 @@ type coordinator struct {
 	// replica has seen it so.
 	missing map[string]time.Time
 	weights [Buckets]int // last weight each bucket's owner published
+	// joined is when this replica first saw each incarnation hold its member Lease.
+	joined map[string]time.Time
+	// coldSince is when this coordinator found the ring cold (no bucket held by or meant for a
+	// member whose Lease is alive), zero when it is not; settleEnd is when its wait for more
+	// members ends, zero when it does not wait.
+	coldSince, settleEnd time.Time
 }
 
 func (c *coordinator) init() {
 	c.seen = map[string]*seenLease{}
 	c.fenced = map[string]bool{}
 	c.missing = map[string]time.Time{}
+	c.joined = map[string]time.Time{}
 }
 
 // observe records every member Lease's version, on every replica: a replica that becomes the
@@ -124,7 +131,7 @@ func (c *coordinator) observe(r *Replica) []*coordinationv1.Lease {
 	if err != nil {
 		return nil
 	}
-	names := map[string]bool{}
+	names, holders := map[string]bool{}, map[string]bool{}
 	for _, m := range members {
 		names[m.Name] = true
 		s := c.seen[m.Name]
@@ -133,10 +140,21 @@ func (c *coordinator) observe(r *Replica) []*coordinationv1.Lease {
 			c.seen[m.Name] = s
 		}
 		s.observe(m.ResourceVersion)
+		if h := holderOf(m); h != "" {
+			holders[h] = true
+			if _, ok := c.joined[h]; !ok {
+				c.joined[h] = time.Now()
+			}
+		}
 	}
 	for name := range c.seen {
 		if !names[name] {
 			delete(c.seen, name)
+		}
+	}
+	for h := range c.joined {
+		if !holders[h] {
+			delete(c.joined, h)
 		}
 	}
 	return members
@@ -179,10 +197,54 @@ func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 			owners[b] = holder
 		}
 	}
-	target := Assign(c.weights[:], ms.live, owners)
+	var target []string
+	if c.settling(ms, buckets, r.t) {
+		// Replicas started together are still joining: leave every bucket where it is meant.
+		target = make([]string, Buckets)
+		for b, l := range buckets {
+			target[b] = nextOwnerOf(l)
+		}
+	} else {
+		target = Assign(c.weights[:], ms.live, owners)
+	}
 	for b, l := range buckets {
 		c.writeBucket(ctx, r, b, l, target[b], ms)
 	}
+}
+
+// settling says whether the coordinator waits for more members before it assigns the buckets,
+// and records when the wait ends (settleEnd). It waits while the ring is cold (no bucket is held
+// by or meant for a member whose Lease is alive, leaving or not: the replicas have just started,
+// all of them at once) and a member joined less than Settle ago, for at most LeaseDuration +
+// Margin from when it found the ring cold. Replicas started together then share the first
+// assignment, instead of the first to join being given every bucket, loading their namespaces and
+// handing most of them on. A warm ring never waits: a dead member's buckets move at once to the
+// live ones, and a leaving member's buckets get a next owner before it releases them.
+func (c *coordinator) settling(ms membership, buckets []*coordinationv1.Lease, t Timings) bool {
+	c.settleEnd = time.Time{}
+	if slices.ContainsFunc(buckets, func(l *coordinationv1.Lease) bool { return ms.alive[holderOf(l)] || ms.alive[nextOwnerOf(l)] }) {
+		c.coldSince = time.Time{}
+		return false
+	}
+	now := time.Now()
+	if c.coldSince.IsZero() {
+		c.coldSince = now
+	}
+	var last time.Time
+	for _, m := range ms.live {
+		if j := c.joined[m]; j.After(last) {
+			last = j
+		}
+	}
+	end := last.Add(t.Settle)
+	if limit := c.coldSince.Add(t.LeaseDuration + t.Margin); limit.Before(end) {
+		end = limit
+	}
+	if !now.Before(end) {
+		return false
+	}
+	c.settleEnd = end
+	return true
 }
 
 // members classifies the member Leases, taking those silent for LeaseDuration + Margin.

@@ -24,6 +24,7 @@ const (
 	DefaultLeaseDuration = 6 * time.Second
 	DefaultMargin        = 2 * time.Second
 	DefaultLeaveTimeout  = 60 * time.Second
+	DefaultSettle        = 2 * time.Second
 )
 
 // Timings are the protocol's durations. Every replica of one installation must use the same.
@@ -41,11 +42,17 @@ type Timings struct {
 	// LeaveTimeout bounds a graceful leave; past it the replica drops everything and stops,
 	// and the coordinator moves what it held as if it had died.
 	LeaveTimeout time.Duration
+	// Settle is how long the coordinator waits, at a cold start (no bucket held by or meant for a
+	// member whose Lease is alive), for no more members to join before it assigns the buckets: replicas started
+	// together then get a fair share each, rather than the first to join taking every bucket and
+	// handing most of them on. It waits at most LeaseDuration + Margin from when it found the ring
+	// cold. Zero takes RenewInterval.
+	Settle time.Duration
 }
 
 // DefaultTimings are the timings of a production installation.
 func DefaultTimings() Timings {
-	return Timings{RenewInterval: DefaultRenewInterval, LeaseDuration: DefaultLeaseDuration, Margin: DefaultMargin, LeaveTimeout: DefaultLeaveTimeout}
+	return Timings{RenewInterval: DefaultRenewInterval, LeaseDuration: DefaultLeaseDuration, Margin: DefaultMargin, LeaveTimeout: DefaultLeaveTimeout, Settle: DefaultSettle}
 }
 
 func (t Timings) withDefaults() Timings {
@@ -61,6 +68,9 @@ func (t Timings) withDefaults() Timings {
 	}
 	if t.LeaveTimeout <= 0 {
 		t.LeaveTimeout = d.LeaveTimeout
+	}
+	if t.Settle <= 0 {
+		t.Settle = t.RenewInterval
 	}
 	return t
 }
@@ -337,10 +347,15 @@ func (r *Replica) loop(ctx, runCtx context.Context) {
 			return
 		}
 		// A watched Lease that runs out of time before the next tick is looked at when it does:
-		// a dead member is taken, and its buckets moved, without waiting up to a tick more.
+		// a dead member is taken, and its buckets moved, without waiting up to a tick more. So is
+		// the end of a cold start's settling: the buckets are assigned when it ends.
 		var expiry <-chan time.Time
 		var timer *time.Timer
-		if at, ok := earliestExpiry(time.Now(), r.watchedSince(), r.t); ok {
+		at, ok := earliestExpiry(time.Now(), r.watchedSince(), r.t)
+		if end := r.coord.settleEnd; !end.IsZero() && (!ok || end.Before(at)) {
+			at, ok = end, true
+		}
+		if ok {
 			timer = time.NewTimer(time.Until(at))
 			expiry = timer.C
 		}
@@ -400,6 +415,7 @@ func (r *Replica) reconcile(ctx context.Context) bool {
 		r.coord.reconcile(ctx, r)
 	} else {
 		r.coord.observe(r) // keep watching, so a new coordinator starts with history
+		r.coord.coldSince, r.coord.settleEnd = time.Time{}, time.Time{}
 	}
 	r.reconcileBuckets(ctx)
 

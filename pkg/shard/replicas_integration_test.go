@@ -34,6 +34,10 @@ type harness struct {
 	t  *testing.T
 	cs kubernetes.Interface
 	ns string
+	// timings and weight configure the replicas started from now on (fastTimings and b % 5
+	// unless a test changes them before it starts any).
+	timings Timings
+	weight  func(bucket int) int
 
 	mu         sync.Mutex
 	replicas   map[string]*testReplica
@@ -133,7 +137,8 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, cs: cs, ns: ns.Name, replicas: map[string]*testReplica{}}
+	h := &harness{t: t, cs: cs, ns: ns.Name, replicas: map[string]*testReplica{}, timings: fastTimings,
+		weight: func(b int) int { return b % 5 }}
 	stop := make(chan struct{})
 	stopped := make(chan struct{})
 	go h.monitor(stop, stopped)
@@ -190,8 +195,8 @@ func (h *harness) startWith(key, id string, failAcquire map[int]int) *testReplic
 		failAcquire = map[int]int{}
 	}
 	hooks := &recordingHooks{h: h, id: key, holding: map[int]bool{}, perBucket: map[int]int{}, failAcquire: failAcquire}
-	r, err := New(Config{Client: h.cs, Namespace: h.ns, ID: id, Hooks: hooks, Timings: fastTimings, Log: testenv.Logger().WithValues("replica", key),
-		Weight: func(b int) int { return b % 5 }})
+	r, err := New(Config{Client: h.cs, Namespace: h.ns, ID: id, Hooks: hooks, Timings: h.timings, Log: testenv.Logger().WithValues("replica", key),
+		Weight: h.weight})
 	if err != nil {
 		h.t.Fatal(err)
 	}
