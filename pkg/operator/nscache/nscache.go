@@ -328,8 +328,8 @@ func (c *Cache) waitSpace(ctx context.Context, sp *space) error {
 		}
 		for _, k := range c.kinds {
 			for _, r := range k.handlers {
-				if reg, ok := r.regs[sp]; ok {
-					checks = append(checks, reg.HasSyncedChecker())
+				if m, ok := r.members[sp]; ok {
+					checks = append(checks, m.synced)
 				}
 			}
 		}
@@ -375,7 +375,10 @@ func (c *Cache) removeSpace(sp *space) {
 		delete(c.spaces, sp.name)
 		for _, k := range c.kinds {
 			for _, r := range k.handlers {
-				delete(r.regs, sp)
+				if m, ok := r.members[sp]; ok {
+					m.dropped.Store(true)
+					delete(r.members, sp)
+				}
 			}
 		}
 	}
