@@ -54,6 +54,10 @@ func TestCostPerNamespace(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set NSCACHE_COST_NAMESPACES to measure")
 	}
+	if os.Getenv("NSCACHE_COST_HEAP") != "" {
+		// A finer sample than the default 512 KiB, for the heap profile.
+		runtime.MemProfileRate = 4096
+	}
 	c := startCache(t, opcache.Options(cache.Options{Scheme: testenv.Scheme()}))
 	ctx := t.Context()
 	var events atomic.Int64
@@ -126,7 +130,6 @@ func TestCostPerNamespace(t *testing.T) {
 		c.RemoveNamespace(ns)
 	}
 }
-
 
 // writeProfile writes the named profile to path, if path is not empty.
 func writeProfile(t *testing.T, name, path string, debug int) {

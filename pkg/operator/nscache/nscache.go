@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -55,6 +56,8 @@ type Cache struct {
 	cfg     *rest.Config
 	opts    cache.Options
 	cluster cache.Cache
+	// nsHTTP is the namespaces' caches' HTTP client: cfg's, without compression.
+	nsHTTP *http.Client
 	// newInformer is the options' own informer constructor, if any; the namespaces' caches wrap it.
 	newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
 
@@ -104,6 +107,14 @@ func New(cfg *rest.Config, opts cache.Options) (*Cache, error) {
 		}
 		opts.Mapper = m
 	}
+	// A compressed watch holds a gzip reader (a 32 KiB window and its buffers, about 48 KiB) for
+	// as long as it runs: one per kind per namespace. The namespaces' watches go uncompressed.
+	nsCfg := rest.CopyConfig(cfg)
+	nsCfg.DisableCompression = true
+	nsHTTP, err := rest.HTTPClientFor(nsCfg)
+	if err != nil {
+		return nil, fmt.Errorf("nscache: HTTP client: %w", err)
+	}
 	opts.ByObject = maps.Clone(opts.ByObject)
 	cluster, err := cache.New(cfg, opts)
 	if err != nil {
@@ -114,6 +125,7 @@ func New(cfg *rest.Config, opts cache.Options) (*Cache, error) {
 		cfg:         cfg,
 		opts:        opts,
 		cluster:     cluster,
+		nsHTTP:      nsHTTP,
 		newInformer: opts.NewInformer,
 		base:        base,
 		baseCancel:  cancel,
@@ -281,6 +293,7 @@ func (c *Cache) addSpace(ns string) (*space, error) {
 	nsOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 	nsOpts.ByObject = maps.Clone(c.opts.ByObject)
 	nsOpts.NewInformer = sp.newInformer
+	nsOpts.HTTPClient = c.nsHTTP
 	nsCache, err := cache.New(c.cfg, nsOpts)
 	if err != nil {
 		sp.cancel()
