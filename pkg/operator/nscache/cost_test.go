@@ -43,10 +43,10 @@ var operatorHandlers = []struct {
 	{&autoscalingv2.HorizontalPodAutoscaler{}, 1},
 }
 
-// TestCostPerNamespace measures what a namespace in use costs the Cache: heap in use after a GC
-// and goroutines, with the operator's cache options, kinds and number of handlers, over
-// NSCACHE_COST_NAMESPACES namespaces (the test is skipped without it) holding three Pods, two
-// ControllerRevisions and a PersistentVolumeClaim each. NSCACHE_COST_HEAP and
+// TestCostPerNamespace measures what a namespace in use costs the Cache: heap in use after a GC,
+// goroutine stacks and goroutines, with the operator's cache options, kinds and number of
+// handlers, over NSCACHE_COST_NAMESPACES namespaces (the test is skipped without it) holding three
+// Pods, two ControllerRevisions and a PersistentVolumeClaim each. NSCACHE_COST_HEAP and
 // NSCACHE_COST_GOROUTINES name files for the heap and goroutine profiles taken with the namespaces
 // added.
 func TestCostPerNamespace(t *testing.T) {
@@ -111,7 +111,7 @@ func TestCostPerNamespace(t *testing.T) {
 		}
 	}
 
-	heap, goroutines := settle()
+	heap, stack, goroutines := settle()
 	for _, ns := range names {
 		if err := c.AddNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
@@ -120,11 +120,13 @@ func TestCostPerNamespace(t *testing.T) {
 	if want := int64(n * (3*4 + 2*1 + 1*1)); events.Load() != want {
 		t.Fatalf("handlers were given %d events, want %d", events.Load(), want)
 	}
-	heapAfter, goroutinesAfter := settle()
+	heapAfter, stackAfter, goroutinesAfter := settle()
 	writeProfile(t, "heap", os.Getenv("NSCACHE_COST_HEAP"), 0)
 	writeProfile(t, "goroutine", os.Getenv("NSCACHE_COST_GOROUTINES"), 1)
-	t.Logf("%d namespaces, %d kinds, %d handlers: heap in use %.1f -> %.1f MiB, %.1f KiB a namespace; goroutines %d -> %d, %.1f a namespace",
-		n, len(operatorHandlers), handlers, mib(heap), mib(heapAfter), float64(heapAfter-heap)/1024/float64(n),
+	t.Logf("%d namespaces, %d kinds, %d handlers: heap in use %.1f -> %.1f MiB, %.1f KiB a namespace; "+
+		"stacks %.1f -> %.1f MiB, %.1f KiB a namespace; goroutines %d -> %d, %.1f a namespace",
+		n, len(operatorHandlers), handlers, mib(heap), mib(heapAfter), perNamespaceKiB(heap, heapAfter, n),
+		mib(stack), mib(stackAfter), perNamespaceKiB(stack, stackAfter, n),
 		goroutines, goroutinesAfter, float64(goroutinesAfter-goroutines)/float64(n))
 	for _, ns := range names {
 		c.RemoveNamespace(ns)
@@ -149,14 +151,19 @@ func writeProfile(t *testing.T, name, path string, debug int) {
 	}
 }
 
-// settle collects garbage and returns the heap in use and the goroutine count.
-func settle() (uint64, int) {
+// settle collects garbage and returns the heap in use, the goroutine stacks in use and the
+// goroutine count.
+func settle() (heap, stack uint64, goroutines int) {
 	var ms runtime.MemStats
 	for range 3 {
 		runtime.GC()
 	}
 	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse, runtime.NumGoroutine()
+	return ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func perNamespaceKiB(before, after uint64, n int) float64 {
+	return (float64(after) - float64(before)) / 1024 / float64(n)
+}
