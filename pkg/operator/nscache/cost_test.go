@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,8 +73,10 @@ func TestCostPerNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range k.handlers {
-			if _, err := inf.AddEventHandler(count); err != nil {
+		for i := range k.handlers {
+			// As controller-runtime's sources register: with a logger of their own.
+			logger := klog.Background().WithValues("handler", i)
+			if _, err := inf.AddEventHandlerWithOptions(count, toolscache.HandlerOptions{Logger: &logger}); err != nil {
 				t.Fatal(err)
 			}
 			handlers++

@@ -65,7 +65,7 @@ type member struct {
 }
 
 func newForwarder(sp *space, inf *nsInformer, opts toolscache.HandlerOptions) *forwarder {
-	return &forwarder{sp: sp, inf: inf, opts: opts, gone: make(chan struct{})}
+	return &forwarder{sp: sp, inf: inf, opts: toolscache.HandlerOptions{ResyncPeriod: opts.ResyncPeriod}, gone: make(chan struct{})}
 }
 
 // join adds m to f unless f has begun forwarding or was registered with other options.
@@ -176,12 +176,10 @@ func (f *forwarder) OnDelete(obj any) {
 	f.forward(notification{op: opDelete, obj: obj})
 }
 
-// sameOptions says whether two registrations may share a forwarder: the options apply to the
-// forwarder's registration on the informer.
+// sameOptions says whether two registrations may share a forwarder: their resync periods, which
+// apply to the forwarder's registration on the informer, are the same. A registration's logger is
+// its own: it logs the handler's panics (deliver), not the forwarder's.
 func sameOptions(a, b toolscache.HandlerOptions) bool {
-	if a.Logger != nil || b.Logger != nil {
-		return false
-	}
 	switch {
 	case a.ResyncPeriod == nil && b.ResyncPeriod == nil:
 		return true
@@ -267,7 +265,11 @@ func (r *registration) deliver(n notification) {
 	if n.initial {
 		defer m.synced.Finished()
 	}
-	defer utilruntime.HandleCrash()
+	if r.opts.Logger != nil {
+		defer utilruntime.HandleCrashWithLogger(*r.opts.Logger)
+	} else {
+		defer utilruntime.HandleCrash()
+	}
 	if m.dropped.Load() || m.sp.ctx.Err() != nil {
 		return
 	}

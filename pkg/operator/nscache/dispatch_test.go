@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,9 +95,9 @@ func listenerGoroutines() int {
 	return n
 }
 
-// Several handlers registered once are given every namespace's events exactly once and in order
-// per object, and each namespace's informer carries one listener for all of them, not one per
-// handler.
+// Several handlers registered once, each with a logger of its own or none, are given every
+// namespace's events exactly once and in order per object, and each namespace's informer carries
+// one listener for all of them, not one per handler.
 func TestHandlersSharedAcrossNamespaces(t *testing.T) {
 	c := startCache(t, cache.Options{})
 	ctx := t.Context()
@@ -106,8 +107,15 @@ func TestHandlersSharedAcrossNamespaces(t *testing.T) {
 	}
 	recs := []*versions{newVersions(), newVersions(), newVersions()}
 	var regs []toolscache.ResourceEventHandlerRegistration
-	for _, r := range recs {
-		reg, err := inf.AddEventHandler(r.handler())
+	for i, r := range recs {
+		// controller-runtime's sources register with a logger each; the allocator's feed
+		// without one.
+		var opts toolscache.HandlerOptions
+		if i > 0 {
+			logger := klog.Background().WithValues("handler", i)
+			opts.Logger = &logger
+		}
+		reg, err := inf.AddEventHandlerWithOptions(r.handler(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
