@@ -400,3 +400,66 @@ func TestRemoveNamespaceDropsQueuedEvents(t *testing.T) {
 		}
 	}
 }
+
+// RemoveEventHandler stops one handler's events in every namespace while the handlers that share
+// its namespaces' listeners go on, and the last handler's removal takes the listeners away.
+func TestRemoveEventHandlerSharingListener(t *testing.T) {
+	c := startCache(t, cache.Options{})
+	ctx := t.Context()
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, kept := newVersions(), newVersions()
+	goneReg, err := inf.AddEventHandler(gone.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keptReg, err := inf.AddEventHandler(kept.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for range 2 {
+		ns := testenv.NewNamespace(t, direct, "rmh")
+		names = append(names, ns)
+		createConfigMap(t, ns, "before", map[string]string{"v": "0"})
+	}
+	before := listenerGoroutines()
+	for _, ns := range names {
+		if err := c.AddNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	with := listenerGoroutines()
+	if err := inf.RemoveEventHandler(goneReg); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range names {
+		createConfigMap(t, ns, "after", map[string]string{"v": "0"})
+	}
+	for _, ns := range names {
+		key := ns + "/after"
+		testenv.Eventually(t, "the remaining handler given "+key, func() error {
+			if len(kept.of(key)) == 0 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		if got := gone.of(key); len(got) > 0 {
+			t.Errorf("a removed handler was given %s", key)
+		}
+		if got := gone.of(ns + "/before"); len(got) != 1 {
+			t.Errorf("the removed handler was given %s/before %d times before its removal, want 1", ns, len(got))
+		}
+	}
+	if err := inf.RemoveEventHandler(keptReg); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the listeners gone with the last handler", func() error {
+		if n := listenerGoroutines(); n > before || n >= with {
+			return fmt.Errorf("%d listener goroutines, %d before the namespaces, %d with them", n, before, with)
+		}
+		return nil
+	})
+}
