@@ -29,10 +29,13 @@ import (
 //     handler has returned from every add of the namespace's initial list (isInInitialList true).
 //
 // A forwarder's members are fixed once it has forwarded its first event: a member joining later
-// would miss what came before. A registration added then to a namespace that is running gets a
-// forwarder of its own there, which client-go's informer gives the objects it holds as an initial
-// list, as it would give any late handler. Such a namespace costs a listener per late handler
-// until it is removed; a namespace added afterwards gets one forwarder for all.
+// would miss what came before. One that joins earlier is given what it would have been given had
+// it been registered with the forwarder: the initial list the informer hands the forwarder (its
+// first list, or what it held when the forwarder was registered) and every event after. A
+// registration added after the first event gets a forwarder of its own in that namespace, which
+// client-go's informer gives the objects it holds as an initial list, as it would give any late
+// handler. Such a namespace costs a listener per late handler until it is removed; a namespace
+// added afterwards gets one forwarder for all.
 
 // forwarder is the one event handler a namespace's informer of a kind carries for a group of
 // registrations (its members).
@@ -109,6 +112,9 @@ func (f *forwarder) registerLocked() error {
 func (f *forwarder) unregisterLocked() error {
 	f.inf.forwarders = slices.DeleteFunc(f.inf.forwarders, func(o *forwarder) bool { return o == f })
 	close(f.gone)
+	if f.reg == nil { // never registered
+		return nil
+	}
 	select {
 	case <-f.inf.removed:
 		return nil

@@ -199,6 +199,9 @@ func (c *Cache) addKindToSpaceLocked(k *kind, sp *space) error {
 	}
 	for _, f := range fwds {
 		if err := f.registerLocked(); err != nil {
+			for _, r := range k.handlers {
+				delete(r.members, sp)
+			}
 			return fmt.Errorf("nscache: handlers of %s in namespace %s: %w", k.key.gvk, sp.name, err)
 		}
 	}

@@ -257,7 +257,9 @@ func (c *Cache) Namespaces() []string {
 // handler has been given the namespace's objects. It is idempotent: for a namespace already added
 // it only waits for the sync. If ctx ends first it returns ctx's error and leaves the namespace
 // out (as RemoveNamespace does); if the namespace is removed meanwhile it returns a
-// NamespaceNotCachedError. Before Start it waits for Start.
+// NamespaceNotCachedError. Before Start it waits for Start. A handler registered on the Cache must
+// not call it: the namespace's initial list reaches each handler through that handler's own
+// queue, which waits for the handler to return.
 func (c *Cache) AddNamespace(ctx context.Context, ns string) error {
 	sp, err := c.addSpace(ns)
 	if err != nil {
