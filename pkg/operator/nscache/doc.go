@@ -5,4 +5,8 @@
 // stops them and forgets their objects in one step, without delete events, after which reads in
 // that namespace fail with NamespaceNotCachedError rather than NotFound. Cluster-scoped kinds live
 // in one ordinary cluster-wide cache.
+//
+// An event handler is registered once per kind, not once per namespace: each namespace's informer
+// forwards its events to one queue per handler, shared by every namespace (see dispatch.go), so a
+// namespace costs its informers and not a listener per handler.
 package nscache

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/cache/synctrack"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -178,12 +179,31 @@ func (c *Cache) addKindToSpaceLocked(k *kind, sp *space) error {
 			return fmt.Errorf("nscache: indexers of %s in namespace %s: %w", k.key.gvk, sp.name, err)
 		}
 	}
+	// One forwarder for every group of handlers with the same options, registered once it has
+	// all its members, so that none misses an event of an informer that is already running.
+	var fwds []*forwarder
 	for _, r := range k.handlers {
-		reg, err := inf.SharedIndexInformer.AddEventHandlerWithOptions(gatedHandler{sp: sp, h: r.handler}, r.opts)
-		if err != nil {
-			return fmt.Errorf("nscache: handler of %s in namespace %s: %w", k.key.gvk, sp.name, err)
+		m := newMember(r, sp)
+		joined := false
+		for _, f := range fwds {
+			if joined = f.join(m, r.opts); joined {
+				break
+			}
 		}
-		r.regs[sp] = reg
+		if !joined {
+			f := newForwarder(sp, inf, r.opts)
+			f.add(m)
+			fwds = append(fwds, f)
+		}
+		r.members[sp] = m
+	}
+	for _, f := range fwds {
+		if err := f.registerLocked(); err != nil {
+			for _, r := range k.handlers {
+				delete(r.members, sp)
+			}
+			return fmt.Errorf("nscache: handlers of %s in namespace %s: %w", k.key.gvk, sp.name, err)
+		}
 	}
 	return nil
 }
@@ -228,6 +248,9 @@ type nsInformer struct {
 	toolscache.SharedIndexInformer
 	stop    <-chan struct{}
 	removed chan struct{} // closed by RemoveInformer
+	// forwarders carry the handlers registered through the kind's fanInformer, the last one
+	// possibly open to more members. Guarded by Cache.mu.
+	forwarders []*forwarder
 
 	once sync.Once
 	done chan struct{}
@@ -253,33 +276,6 @@ func (s *syncedOrStopped) Done() <-chan struct{} {
 		}()
 	})
 	return s.done
-}
-
-// gatedHandler calls h only while its namespace is open.
-type gatedHandler struct {
-	sp *space
-	h  toolscache.ResourceEventHandler
-}
-
-func (g gatedHandler) OnAdd(obj any, isInInitialList bool) {
-	if g.sp.enter() {
-		defer g.sp.gate.RUnlock()
-		g.h.OnAdd(obj, isInInitialList)
-	}
-}
-
-func (g gatedHandler) OnUpdate(oldObj, newObj any) {
-	if g.sp.enter() {
-		defer g.sp.gate.RUnlock()
-		g.h.OnUpdate(oldObj, newObj)
-	}
-}
-
-func (g gatedHandler) OnDelete(obj any) {
-	if g.sp.enter() {
-		defer g.sp.gate.RUnlock()
-		g.h.OnDelete(obj)
-	}
 }
 
 // fanInformer is what GetInformer returns for a namespaced kind: one informer standing for the
@@ -308,15 +304,11 @@ func (f *fanInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandl
 	if c.kinds[f.k.key] != f.k {
 		return nil, fmt.Errorf("nscache: the informer for %s was removed", f.k.key.gvk)
 	}
-	r := &registration{c: c, k: f.k, handler: h, opts: opts, regs: map[*space]toolscache.ResourceEventHandlerRegistration{}, removed: make(chan struct{})}
+	r := newRegistration(c, f.k, h, opts)
 	for _, sp := range c.spaces {
-		inf := sp.informers[f.k.key]
-		reg, err := inf.SharedIndexInformer.AddEventHandlerWithOptions(gatedHandler{sp: sp, h: h}, opts)
-		if err != nil {
+		if err := r.joinLocked(sp, sp.informers[f.k.key]); err != nil {
 			return nil, errors.Join(fmt.Errorf("nscache: handler of %s in namespace %s: %w", f.k.key.gvk, sp.name, err), r.removeLocked())
 		}
-		r.regs[sp] = reg
-		sp.changedLocked()
 	}
 	f.k.handlers = append(f.k.handlers, r)
 	return r, nil
@@ -385,24 +377,54 @@ func (f *fanInformer) HasSyncedChecker() toolscache.DoneChecker {
 // IsStopped says whether the Cache has stopped.
 func (f *fanInformer) IsStopped() bool { return f.c.base.Err() != nil }
 
-// registration is a handler registered through a fanInformer: one registration per namespace.
+// registration is a handler registered through a fanInformer: one queue for the events of every
+// namespace, and a member in each namespace.
 type registration struct {
 	c       *Cache
 	k       *kind
 	handler toolscache.ResourceEventHandler
 	opts    toolscache.HandlerOptions
-	regs    map[*space]toolscache.ResourceEventHandlerRegistration // guarded by Cache.mu
-	removed chan struct{}                                          // closed by RemoveEventHandler
+	q       queue
+	members map[*space]*member // guarded by Cache.mu
+	removed chan struct{}      // closed by RemoveEventHandler
 }
 
-// removeLocked removes the handler from every namespace. Cache.mu must be held.
+func newRegistration(c *Cache, k *kind, h toolscache.ResourceEventHandler, opts toolscache.HandlerOptions) *registration {
+	r := &registration{c: c, k: k, handler: h, opts: opts, members: map[*space]*member{}, removed: make(chan struct{})}
+	r.q.deliver = r.deliver
+	return r
+}
+
+func newMember(r *registration, sp *space) *member {
+	return &member{r: r, sp: sp, synced: synctrack.NewSingleFileTracker(fmt.Sprintf("nscache handler of %s in namespace %s", r.k.key.gvk, sp.name))}
+}
+
+// joinLocked makes r a member of sp, whose informer of r's kind is inf: in inf's last forwarder
+// if that has not begun forwarding, else in a forwarder of its own, which the informer gives what
+// it holds as an initial list. Cache.mu must be held.
+func (r *registration) joinLocked(sp *space, inf *nsInformer) error {
+	m := newMember(r, sp)
+	if n := len(inf.forwarders); n == 0 || !inf.forwarders[n-1].join(m, r.opts) {
+		f := newForwarder(sp, inf, r.opts)
+		f.add(m)
+		if err := f.registerLocked(); err != nil {
+			return err
+		}
+	}
+	r.members[sp] = m
+	sp.changedLocked()
+	return nil
+}
+
+// removeLocked takes the handler out of every namespace. Cache.mu must be held.
 func (r *registration) removeLocked() error {
 	var errs []error
-	for sp, reg := range r.regs {
-		if inf := sp.informers[r.k.key]; inf != nil {
-			errs = append(errs, inf.SharedIndexInformer.RemoveEventHandler(reg))
+	for sp, m := range r.members {
+		m.dropped.Store(true)
+		if m.f.leave(m) {
+			errs = append(errs, m.f.unregisterLocked())
 		}
-		delete(r.regs, sp)
+		delete(r.members, sp)
 		sp.changedLocked()
 	}
 	select {
@@ -419,8 +441,8 @@ func (r *registration) HasSynced() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for _, sp := range c.spaces {
-		reg, ok := r.regs[sp]
-		if !ok || !reg.HasSynced() {
+		m, ok := r.members[sp]
+		if !ok || !m.synced.HasSynced() {
 			return false
 		}
 	}
@@ -435,9 +457,9 @@ func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
 	defer c.mu.RUnlock()
 	var waits []toolscache.DoneChecker
 	var stops []<-chan struct{}
-	for sp, reg := range r.regs {
+	for sp, m := range r.members {
 		if c.spaces[sp.name] == sp {
-			waits = append(waits, reg.HasSyncedChecker())
+			waits = append(waits, m.synced)
 			stops = append(stops, sp.ctx.Done())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -55,6 +56,8 @@ type Cache struct {
 	cfg     *rest.Config
 	opts    cache.Options
 	cluster cache.Cache
+	// nsHTTP is the namespaces' caches' HTTP client: cfg's, without compression.
+	nsHTTP *http.Client
 	// newInformer is the options' own informer constructor, if any; the namespaces' caches wrap it.
 	newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
 
@@ -104,6 +107,14 @@ func New(cfg *rest.Config, opts cache.Options) (*Cache, error) {
 		}
 		opts.Mapper = m
 	}
+	// A compressed watch holds a gzip reader (a 32 KiB window and its buffers, about 48 KiB) for
+	// as long as it runs: one per kind per namespace. The namespaces' watches go uncompressed.
+	nsCfg := rest.CopyConfig(cfg)
+	nsCfg.DisableCompression = true
+	nsHTTP, err := rest.HTTPClientFor(nsCfg)
+	if err != nil {
+		return nil, fmt.Errorf("nscache: HTTP client: %w", err)
+	}
 	opts.ByObject = maps.Clone(opts.ByObject)
 	cluster, err := cache.New(cfg, opts)
 	if err != nil {
@@ -114,6 +125,7 @@ func New(cfg *rest.Config, opts cache.Options) (*Cache, error) {
 		cfg:         cfg,
 		opts:        opts,
 		cluster:     cluster,
+		nsHTTP:      nsHTTP,
 		newInformer: opts.NewInformer,
 		base:        base,
 		baseCancel:  cancel,
@@ -245,7 +257,9 @@ func (c *Cache) Namespaces() []string {
 // handler has been given the namespace's objects. It is idempotent: for a namespace already added
 // it only waits for the sync. If ctx ends first it returns ctx's error and leaves the namespace
 // out (as RemoveNamespace does); if the namespace is removed meanwhile it returns a
-// NamespaceNotCachedError. Before Start it waits for Start.
+// NamespaceNotCachedError. Before Start it waits for Start. A handler registered on the Cache must
+// not call it: the namespace's initial list reaches each handler through that handler's own
+// queue, which waits for the handler to return.
 func (c *Cache) AddNamespace(ctx context.Context, ns string) error {
 	sp, err := c.addSpace(ns)
 	if err != nil {
@@ -281,6 +295,7 @@ func (c *Cache) addSpace(ns string) (*space, error) {
 	nsOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 	nsOpts.ByObject = maps.Clone(c.opts.ByObject)
 	nsOpts.NewInformer = sp.newInformer
+	nsOpts.HTTPClient = c.nsHTTP
 	nsCache, err := cache.New(c.cfg, nsOpts)
 	if err != nil {
 		sp.cancel()
@@ -328,8 +343,8 @@ func (c *Cache) waitSpace(ctx context.Context, sp *space) error {
 		}
 		for _, k := range c.kinds {
 			for _, r := range k.handlers {
-				if reg, ok := r.regs[sp]; ok {
-					checks = append(checks, reg.HasSyncedChecker())
+				if m, ok := r.members[sp]; ok {
+					checks = append(checks, m.synced)
 				}
 			}
 		}
@@ -375,7 +390,10 @@ func (c *Cache) removeSpace(sp *space) {
 		delete(c.spaces, sp.name)
 		for _, k := range c.kinds {
 			for _, r := range k.handlers {
-				delete(r.regs, sp)
+				if m, ok := r.members[sp]; ok {
+					m.dropped.Store(true)
+					delete(r.members, sp)
+				}
 			}
 		}
 	}

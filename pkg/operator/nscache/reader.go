@@ -293,6 +293,11 @@ func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
 	var errs []error
 	for _, sp := range c.spaces {
 		if inf, ok := sp.informers[key]; ok {
+			for _, r := range k.handlers {
+				if m, ok := r.members[sp]; ok {
+					m.dropped.Store(true)
+				}
+			}
 			delete(sp.informers, key)
 			close(inf.removed)
 			sp.changedLocked()
