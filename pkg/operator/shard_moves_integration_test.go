@@ -313,3 +313,102 @@ func TestIntegrationBucketMovesKeepPipelinesReady(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationWeightedMovesKeepPipelinesHealthy is the scale-out benchmark's Zipf run in small:
+// Pipelines of three stages pour into namespaces of skewed sizes, each with exactly the workers
+// its Pipelines need, so the coordinator moves buckets as their weights grow while Pipelines are
+// being placed. No worker dies: no binding may ever be DeadEnd, no Pipeline Broken, and none may
+// leave Ready.
+func TestIntegrationWeightedMovesKeepPipelinesHealthy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs the envtest control plane (run without -short)")
+	}
+	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	log.SetLogger(testenv.Logger())
+	ctx := context.Background()
+	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	counts := []int{30, 15, 10, 8, 6, 5, 4, 4, 3, 3, 3, 2, 2, 2, 2, 1}
+	classes := []string{"green", "blue", "red"}
+	const capacity = 10
+	var nss []string
+	total := 0
+	for i, n := range counts {
+		ns := fmt.Sprintf("zipf-%d", i)
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, ns)
+		total += n
+		workers := int32((n + capacity - 1) / capacity)
+		for _, class := range classes {
+			for _, o := range []client.Object{
+				fixtures.MakeWorkerClass(ns, class).Capacity(capacity).Placement(schedulingv1alpha1.PlacementPack).Obj(),
+				fixtures.MakeWorkerSet(ns, class).Replicas(workers).Class(class).SchedulerName(schedulingv1alpha1.SchedulerName).Obj(),
+			} {
+				if err := k8s.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	playKubelet(t, k8s, func() []string { return nss })
+	w := watchPhases(t, k8s)
+	var live []*testReplica
+	for i := range 4 {
+		live = append(live, startReplica(t, cfg, fmt.Sprintf("op-%d", i), collectorRegistered || i > 0))
+	}
+	collectorRegistered = true
+	testenv.Eventually(t, "every namespace owned by one live replica", func() error { return checkOwnership(ctx, k8s, nss, live) })
+
+	// The Pipelines, in an order that interleaves the namespaces, from 8 goroutines.
+	type item struct {
+		ns string
+		i  int
+	}
+	var items []item
+	for i := range counts[0] {
+		for j, n := range counts {
+			if i < n {
+				items = append(items, item{nss[j], i})
+			}
+		}
+	}
+	todo := make(chan item)
+	var creators sync.WaitGroup
+	for range 8 {
+		creators.Go(func() {
+			for it := range todo {
+				p := fixtures.MakePipeline(it.ns, fmt.Sprintf("p-%03d", it.i)).Load(1).Chain(classes...).Obj()
+				if err := k8s.Create(ctx, p); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		todo <- it
+	}
+	close(todo)
+	creators.Wait()
+	testenv.Eventually(t, "every pipeline Ready", func() error { return allReady(ctx, k8s, nss, total) })
+	if v := w.seen(); len(v) > 0 {
+		t.Errorf("no worker died, yet while buckets moved:")
+		for _, s := range v {
+			t.Errorf("  %s", s)
+		}
+	}
+}
