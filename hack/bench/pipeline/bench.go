@@ -629,6 +629,10 @@ func (t *tracker) observe(obj any) {
 	if t.phases[key] == schedulingv1alpha1.PipelineReady && phase != schedulingv1alpha1.PipelineReady {
 		t.leftReady++
 	}
+	if phase == schedulingv1alpha1.PipelineBroken && t.phases[key] != phase {
+		// No worker dies in a benchmark: say which stage and why, for whoever reads the log.
+		logf("%s became Broken after %.2fs (was %s): %s", key, at.Seconds(), phaseOr(t.phases[key]), conditionsOf(p.Status.Conditions))
+	}
 	t.phases[key] = phase
 	if _, ok := t.plotted[key]; !ok && (phase == schedulingv1alpha1.PipelinePlotted || phase == schedulingv1alpha1.PipelineReady) {
 		t.plotted[key] = at
@@ -665,6 +669,15 @@ func (t *tracker) progress() string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, count[k]))
 	}
 	return fmt.Sprintf("%d created, phases now: %s; left Ready %d times", len(t.createTimes), strings.Join(parts, ", "), t.leftReady)
+}
+
+// conditionsOf is every condition as type=status (reason: message), for a log line.
+func conditionsOf(conds []metav1.Condition) string {
+	parts := make([]string, 0, len(conds))
+	for _, c := range conds {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func phaseOr(ph schedulingv1alpha1.PipelinePhase) schedulingv1alpha1.PipelinePhase {
