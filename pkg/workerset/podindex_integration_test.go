@@ -115,6 +115,16 @@ func TestIndexedPodsInPlace(t *testing.T) {
 				if got := podNamesOf(copies); !slices.Equal(got, want[field]) {
 					t.Errorf("%s: listed %v, read in place %v", field, got, want[field])
 				}
+				// Under the key of all namespaces too (the tests' other namespaces may hold sets named w).
+				var all []*corev1.Pod
+				for _, p := range readIndexed(t, inPlace, "", field, "w") {
+					if p.Namespace == ns {
+						all = append(all, p)
+					}
+				}
+				if !slices.Equal(all, first) {
+					t.Errorf("%s: read in every namespace %v, in the set's %v", field, podNamesOf(all), podNamesOf(first))
+				}
 				for i := range copies {
 					if copies[i] == first[i] {
 						t.Errorf("%s: the list gave the cache's own Pod %s: the test cannot tell a copy from the object", field, copies[i].Name)
