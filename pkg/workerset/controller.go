@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 	conveyorstatus "github.com/conveyor-dev/conveyor/pkg/status"
 	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 )
@@ -66,7 +68,12 @@ type Reconciler struct {
 	// revisions with a set's label, so the object that holds a name a create found taken may be
 	// outside it. SetupWithManager uses the manager's when nil.
 	APIReader client.Reader
-	Recorder  events.EventRecorder
+	// Cache is the cache Client reads from. The set's Pods are read in place from its indexes,
+	// without a copy of each Pod; when nil (or when its informers expose no indexer) they are
+	// listed through Client. SetupWithManager uses the manager's when nil: Client must then be
+	// the manager's client, or one that reads from the manager's cache.
+	Cache    crcache.Cache
+	Recorder events.EventRecorder
 	// MaxConcurrentReconciles is how many sets reconcile at once (default 1).
 	MaxConcurrentReconciles int
 	// Now is the clock; tests may replace it.
@@ -94,6 +101,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Cache == nil {
+		r.Cache = mgr.GetCache()
 	}
 	r.init()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podOwnerIndex, indexPodOwner); err != nil {
@@ -391,22 +401,21 @@ func (r *Reconciler) settleFromCache(ctx context.Context, set *appsv1alpha1.Work
 		}
 		r.expectations.ObserveClaims(key, cached)
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("list pods: %w", err)
-	}
-	present := make(map[string]types.UID, len(pods.Items))
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	present := map[string]types.UID{}
+	err := r.eachIndexedPod(ctx, set.Namespace, podOwnerIndex, set.Name, func(pod *corev1.Pod) {
 		if pod.DeletionTimestamp == nil && metav1.IsControlledBy(pod, set) {
 			present[pod.Name] = pod.UID
 		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("list pods: %w", err)
 	}
 	return r.expectations.Observe(key, present), nil
 }
 
 // newScope reads the set's Pods, revisions and claims from the cache once. Nothing in the scope is
-// copied from the cache: decide only reads, and podcontrol copies an object before it changes it.
+// copied from the cache (the Pods are the cache's own objects, read in place): decide only reads,
+// and podcontrol copies an object before it changes it.
 func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) (*scope, error) {
 	s := &scope{
 		set:        set,
@@ -434,20 +443,13 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 			s.templates[rev.Labels[appsv1alpha1.RevisionLabel]] = tmpl
 		}
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingFields{podOwnerIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.eachIndexedPod(ctx, set.Namespace, podOwnerIndex, set.Name, s.addPod); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	// Pods with the set's label that no set of its name controls: orphans to adopt, or names
-	// taken. Pods of an earlier set of the same name are among the first list.
-	labelled := &corev1.PodList{}
-	if err := r.List(ctx, labelled, client.InNamespace(set.Namespace), client.MatchingFields{podUnownedIndex: set.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	// taken. Pods of an earlier set of the same name are among the first read.
+	if err := r.eachIndexedPod(ctx, set.Namespace, podUnownedIndex, set.Name, s.addPod); err != nil {
 		return nil, fmt.Errorf("list unowned pods: %w", err)
-	}
-	for _, list := range [][]corev1.Pod{pods.Items, labelled.Items} {
-		for i := range list {
-			s.addPod(&list[i])
-		}
 	}
 	if len(set.Spec.VolumeClaimTemplates) > 0 {
 		claims := &corev1.PersistentVolumeClaimList{}
@@ -466,6 +468,38 @@ func (r *Reconciler) newScope(ctx context.Context, set *appsv1alpha1.WorkerSet) 
 		}
 	}
 	return s, nil
+}
+
+// eachIndexedPod calls visit with every Pod of the namespace under the Pod index field (IndexField)
+// with value. With a Cache it reads them in place from the cache's indexer: the Pods are the
+// cache's own objects, so visit, and whatever keeps them, only reads them (a writer copies first).
+// Without one, or when the cache's informer has no indexer to read, it lists them through Client
+// without a deep copy (each Pod's struct is still copied into the list).
+func (r *Reconciler) eachIndexedPod(ctx context.Context, namespace, field, value string, visit func(*corev1.Pod)) error {
+	if r.Cache != nil {
+		objs, err := opcache.ByIndex(ctx, r.Cache, &corev1.Pod{}, namespace, field, value)
+		if err == nil {
+			for _, obj := range objs {
+				pod, ok := obj.(*corev1.Pod)
+				if !ok {
+					return fmt.Errorf("the cache holds a %T under the Pod index %s", obj, field)
+				}
+				visit(pod)
+			}
+			return nil
+		}
+		if !errors.Is(err, opcache.ErrNoIndexer) {
+			return err
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(namespace), client.MatchingFields{field: value}, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		visit(&pods.Items[i])
+	}
+	return nil
 }
 
 // syncRevision makes sure the ControllerRevision of the set's template exists and is the newest,

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	opcache "github.com/conveyor-dev/conveyor/pkg/operator/cache"
 )
 
 // kindOfObject returns obj's kind key, an empty object of that kind and whether it is namespaced.
@@ -331,4 +333,66 @@ func (c *Cache) IndexField(ctx context.Context, obj client.Object, field string,
 	}
 	k.fields = append(k.fields, fieldIndex{field: field, extract: extract})
 	return nil
+}
+
+// ByIndex returns the objects of obj's kind in namespace whose field index (IndexField) holds
+// value, read in place from the namespace's informer: the cache's own objects, not copies, which
+// nothing may change. A namespace not added returns a NamespaceNotCachedError; an empty namespace
+// reads every added namespace whose AddNamespace has returned, as List does. It waits for the sync
+// of the kind as a read does.
+func (c *Cache) ByIndex(ctx context.Context, obj client.Object, namespace, field, value string) ([]any, error) {
+	k, proto, namespaced, err := c.kindOfObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	if !namespaced {
+		return opcache.ByIndex(ctx, c.cluster, obj, namespace, field, value)
+	}
+	if err := c.kindForRead(k, proto); err != nil {
+		return nil, err
+	}
+	if namespace != "" {
+		sp, err := c.spaceFor(namespace)
+		if err != nil {
+			return nil, err
+		}
+		return c.byIndexIn(ctx, sp, k, field, value)
+	}
+	var out []any
+	for _, sp := range c.spacesSnapshot() {
+		select {
+		case <-sp.synced:
+		default:
+			continue // still being added, as in List
+		}
+		objs, err := c.byIndexIn(ctx, sp, k, field, value)
+		if IsNamespaceNotCached(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nscache: index %s in namespace %s: %w", field, sp.name, err)
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// byIndexIn is ByIndex in sp.
+func (c *Cache) byIndexIn(ctx context.Context, sp *space, key kindKey, field, value string) ([]any, error) {
+	var out []any
+	err := c.readIn(ctx, sp, key, func(context.Context) error {
+		c.mu.RLock()
+		inf := sp.informers[key]
+		c.mu.RUnlock()
+		if inf == nil {
+			return &cache.ErrResourceNotCached{GVK: key.gvk}
+		}
+		var err error
+		out, err = opcache.InformerByIndex(inf, sp.name, field, value)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
