@@ -95,11 +95,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.DeadEndGrace == 0 {
 		r.DeadEndGrace = DefaultDeadEndGrace
 	}
-	services, err := newServiceListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	hc, err := RecordsHTTPClient(mgr.GetConfig())
 	if err != nil {
 		return err
 	}
-	slices, err := newEndpointListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	services, err := newServiceListWatch(mgr.GetConfig(), hc)
+	if err != nil {
+		return err
+	}
+	slices, err := newEndpointListWatch(mgr.GetConfig(), hc)
 	if err != nil {
 		return err
 	}

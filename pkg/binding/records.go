@@ -3,6 +3,7 @@ package binding
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 
@@ -62,6 +63,19 @@ type RecordSource interface {
 func NewRecordSource(kind string, object runtime.Object, namespaces []string, listWatch func(namespace string) toolscache.ListerWatcher,
 	newStore func(namespace string, enqueue func(types.NamespacedName)) RecordStore, dynamic bool, forget func(namespace string)) RecordSource {
 	return &recordSource{kind: kind, object: object, namespaces: namespaces, listWatch: listWatch, newStore: newStore, dynamic: dynamic, forget: forget}
+}
+
+// RecordsHTTPClient is the record sources' HTTP client: cfg's, without response compression. A
+// compressed watch holds a gzip reader (a 32 KiB window and its buffers, about 48 KiB) for as long
+// as it runs, and a sharded replica runs one per source per namespace it owns.
+func RecordsHTTPClient(cfg *rest.Config) (*http.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.DisableCompression = true
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("records HTTP client: %w", err)
+	}
+	return hc, nil
 }
 
 // ProtobufConfig is cfg asking for protobuf (protobufConfig).

@@ -2,12 +2,15 @@ package binding
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -142,5 +145,44 @@ func TestServiceStoreEnqueuesOnAChange(t *testing.T) {
 	}
 	if len(records.services) != 0 {
 		t.Errorf("every Service is gone, the records must be empty: %v", records.services)
+	}
+}
+
+// TestRecordsHTTPClientAsksForNoCompression checks that the record sources' requests leave out
+// Accept-Encoding, so the API server sends every watch uncompressed, while a client of the same
+// config with compression on asks for gzip (the check can tell them apart).
+func TestRecordsHTTPClientAsksForNoCompression(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Accept-Encoding")
+	}))
+	defer srv.Close()
+	// TLS, as every API server: without a TLS config client-go hands out http.DefaultTransport,
+	// which ignores DisableCompression.
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	compressed, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := RecordsHTTPClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		want   string
+	}{
+		{"the manager's client", compressed, "gzip"},
+		{"the records' client", records, ""},
+	} {
+		resp, err := tc.client.Get(srv.URL + "/api/v1/services?watch=true")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_ = resp.Body.Close()
+		if enc := <-got; enc != tc.want {
+			t.Errorf("%s: Accept-Encoding %q, want %q", tc.name, enc, tc.want)
+		}
 	}
 }

@@ -100,7 +100,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Allocator == nil {
 		return errors.New("pipeline controller: no Allocator")
 	}
-	listWatch, err := newRoutesListWatch(mgr.GetConfig(), mgr.GetHTTPClient())
+	hc, err := binding.RecordsHTTPClient(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	listWatch, err := newRoutesListWatch(mgr.GetConfig(), hc)
 	if err != nil {
 		return err
 	}
