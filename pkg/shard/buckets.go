@@ -7,14 +7,16 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // reconcileBuckets runs every bucket's state machine once against the cached bucket Leases.
 func (r *Replica) reconcileBuckets(ctx context.Context) {
 	member := r.memberValid()
 	r.mu.Lock()
-	self, leaving := r.self, r.leaving
+	self, leaving, handoffBy := r.self, r.leaving, r.handoffBy
 	r.mu.Unlock()
+	handoff := leaving && (time.Now().After(handoffBy) || !r.othersLive(self))
 	for b := range Buckets {
 		l, err := r.leases.Get(BucketLeaseName(b))
 		if err != nil {
@@ -36,6 +38,7 @@ func (r *Replica) reconcileBuckets(ctx context.Context) {
 			wanted:  l != nil && nextOwnerOf(l) == self,
 			member:  member,
 			leaving: leaving,
+			handoff: handoff,
 			hook:    bs.hook,
 		}
 		from := bs.state
@@ -51,6 +54,25 @@ func (r *Replica) reconcileBuckets(ctx context.Context) {
 		}
 		r.act(ctx, b, l, from, next, act, self)
 	}
+}
+
+// othersLive says whether a member other than self may still be named next owner: its member
+// Lease is held, does not say it is leaving, and has changed within LeaseDuration + Margin.
+func (r *Replica) othersLive(self string) bool {
+	members, err := r.leases.List(labels.SelectorFromSet(labels.Set{LeaseLabel: roleMember}))
+	if err != nil {
+		return false
+	}
+	for _, m := range members {
+		h := holderOf(m)
+		if h == "" || h == self || m.Annotations[LeavingAnnotation] == "true" {
+			continue
+		}
+		if s := r.coord.seen[m.Name]; s == nil || !s.deadFor(r.t) {
+			return true
+		}
+	}
+	return false
 }
 
 // act carries out a decision for bucket b; l is the bucket's Lease as cached.

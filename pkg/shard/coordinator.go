@@ -250,6 +250,10 @@ func (c *coordinator) settling(ms membership, buckets []*coordinationv1.Lease, t
 // members classifies the member Leases, taking those silent for LeaseDuration + Margin.
 func (c *coordinator) members(ctx context.Context, r *Replica, members []*coordinationv1.Lease) membership {
 	ms := membership{alive: map[string]bool{}, current: map[string]string{}}
+	self := r.Identity()
+	r.mu.Lock()
+	leaving := r.leaving
+	r.mu.Unlock()
 	for _, m := range members {
 		h := holderOf(m)
 		id := strings.TrimPrefix(m.Name, MemberLeasePrefix)
@@ -264,7 +268,8 @@ func (c *coordinator) members(ctx context.Context, r *Replica, members []*coordi
 			continue
 		}
 		ms.alive[h] = true
-		if m.Annotations[LeavingAnnotation] != "true" {
+		// A leaving coordinator leaves itself out before its member Lease says so.
+		if m.Annotations[LeavingAnnotation] != "true" && (!leaving || h != self) {
 			ms.live = append(ms.live, h)
 		}
 	}

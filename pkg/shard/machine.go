@@ -55,6 +55,7 @@ type observation struct {
 	wanted  bool      // the coordinator wants this incarnation to own it (next-owner)
 	member  bool      // this replica's member Lease is valid (it may take buckets)
 	leaving bool      // this replica is shutting down: it takes nothing and gives everything back
+	handoff bool      // leaving, it may release a bucket still meant for it: no other owner will be named
 	hook    hookState // the hook of the current state
 }
 
@@ -85,6 +86,10 @@ func (a action) String() string {
 //     says so: the next owner can take it only after that;
 //   - a bucket that is no longer ours (the coordinator cleared a holder it found dead) is dropped
 //     at once, without a drain: this replica's member Lease was taken, so its fence is closed.
+//
+// A leaving replica drains at once but releases a drained bucket only once the coordinator has
+// named another next owner (or handoff says none will come): that owner then takes it on the
+// release itself, not after another pass of the coordinator.
 func decide(s State, o observation) (State, action) {
 	switch s {
 	case StateNone:
@@ -118,6 +123,9 @@ func decide(s State, o observation) (State, action) {
 		switch {
 		case !o.mine:
 			return StateNone, actDrop
+		case o.hook == hookSucceeded && o.leaving && o.wanted && !o.handoff:
+			// Drained, but no other owner is named yet: keep it until one is.
+			return StateDraining, actNone
 		case o.hook == hookSucceeded:
 			return StateClosed, actClose
 		case o.hook == hookFailed:

@@ -14,6 +14,7 @@ func (x obs) free() obs              { x.observation.free = true; return x }
 func (x obs) wanted() obs            { x.observation.wanted = true; return x }
 func (x obs) noMember() obs          { x.member = false; return x }
 func (x obs) leaving() obs           { x.observation.leaving = true; return x }
+func (x obs) handoff() obs           { x.observation.handoff = true; return x }
 func (x obs) hooked(h hookState) obs { x.hook = h; return x }
 
 func TestDecide(t *testing.T) {
@@ -50,6 +51,11 @@ func TestDecide(t *testing.T) {
 		{"Drain failed: drain again", StateDraining, o().mine().hooked(hookFailed), StateDraining, actDrain},
 		{"wanted back while draining: the drain finishes", StateDraining, o().mine().wanted(), StateDraining, actNone},
 		{"lost while draining: dropped", StateDraining, o().free(), StateNone, actDrop},
+		{"leaving, drained, no other owner named: kept", StateDraining, o().mine().wanted().leaving().hooked(hookSucceeded), StateDraining, actNone},
+		{"leaving, drained, another owner named: released", StateDraining, o().mine().leaving().hooked(hookSucceeded), StateClosed, actClose},
+		{"leaving, drained, none will be named: released", StateDraining, o().mine().wanted().leaving().handoff().hooked(hookSucceeded), StateClosed, actClose},
+		{"leaving, drain failed, no other owner named: drain again", StateDraining, o().mine().wanted().leaving().hooked(hookFailed), StateDraining, actDrain},
+		{"leaving, lost while kept: dropped", StateDraining, o().free().wanted().leaving(), StateNone, actDrop},
 
 		{"closed and still ours: release", StateClosed, o().mine(), StateClosed, actRelease},
 		{"closed and released: none", StateClosed, o().free().wanted(), StateNone, actNone},
@@ -66,13 +72,14 @@ func TestDecide(t *testing.T) {
 
 // TestDecideNeverWritesWithoutHolding walks every state and observation: a state that writes is
 // reached only while the Lease names this incarnation, owned only from acquiring with a finished
-// Acquire, a take only of a free bucket meant for this replica, and a bucket still held is left
-// only through a drain.
+// Acquire, a take only of a free bucket meant for this replica, a bucket still held is left only
+// through a drain, and a leaving replica releases a drained bucket still meant for it only when no
+// other owner will be named.
 func TestDecideNeverWritesWithoutHolding(t *testing.T) {
 	for from := StateNone; from <= StateClosed; from++ {
-		for bits := range 1 << 5 {
+		for bits := range 1 << 6 {
 			for hook := hookRunning; hook <= hookFailed; hook++ {
-				ob := observation{mine: bits&1 != 0, free: bits&2 != 0, wanted: bits&4 != 0, member: bits&8 != 0, leaving: bits&16 != 0, hook: hook}
+				ob := observation{mine: bits&1 != 0, free: bits&2 != 0, wanted: bits&4 != 0, member: bits&8 != 0, leaving: bits&16 != 0, handoff: bits&32 != 0, hook: hook}
 				if ob.mine && ob.free {
 					continue
 				}
@@ -91,6 +98,9 @@ func TestDecideNeverWritesWithoutHolding(t *testing.T) {
 				}
 				if from == StateOwned && to != StateOwned && ob.mine && doing != actDrain {
 					t.Errorf("decide(%s, %+v) = %s, %s: gives up a bucket it holds without draining", from, ob, to, doing)
+				}
+				if from == StateDraining && doing == actClose && ob.leaving && ob.wanted && !ob.handoff {
+					t.Errorf("decide(%s, %+v) = %s, %s: a leaving replica releases before another owner is named", from, ob, to, doing)
 				}
 			}
 		}

@@ -36,7 +36,8 @@ func (s seenLease) deadFor(t Timings) bool {
 	return !s.at.IsZero() && time.Since(s.at) > t.LeaseDuration+t.Margin
 }
 
-// renewLoop joins the ring and renews the member Lease every RenewInterval.
+// renewLoop joins the ring and renews the member Lease every RenewInterval, and at once when the
+// replica starts to leave.
 func (r *Replica) renewLoop(ctx context.Context) {
 	tick := time.NewTicker(r.t.RenewInterval)
 	defer tick.Stop()
@@ -51,6 +52,7 @@ func (r *Replica) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-r.renewNow:
 		}
 	}
 }

@@ -157,6 +157,8 @@ type Replica struct {
 
 	leases coordinationlisters.LeaseNamespaceLister
 	kick   chan struct{}
+	// renewNow wakes the renew loop: a leave is said on the member Lease at once.
+	renewNow chan struct{}
 	// runCtx lives until Run returns; the hooks run under it.
 	runCtx context.Context
 
@@ -165,6 +167,9 @@ type Replica struct {
 	renewed time.Time
 	buckets [Buckets]bucketState
 	leaving bool
+	// handoffBy is when a leaving replica stops waiting for the coordinator to name other next
+	// owners for its buckets and releases them anyway.
+	handoffBy time.Time
 
 	member memberState // touched by the renew loop only
 	ring   ringState   // touched by the main loop only
@@ -182,7 +187,7 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.ID == "" || cfg.Hooks == nil {
 		return nil, errors.New("shard: Client, Namespace, ID and Hooks are required")
 	}
-	r := &Replica{cfg: cfg, t: cfg.Timings.withDefaults(), log: cfg.Log, kick: make(chan struct{}, 1)}
+	r := &Replica{cfg: cfg, t: cfg.Timings.withDefaults(), log: cfg.Log, kick: make(chan struct{}, 1), renewNow: make(chan struct{}, 1)}
 	r.self = incarnation(cfg.ID, nonce())
 	r.coord.init()
 	return r, nil
@@ -304,11 +309,17 @@ func (r *Replica) Run(ctx context.Context) error {
 	wg.Go(func() { r.renewLoop(runCtx) })
 	r.loop(ctx, runCtx)
 
-	// Leave: say so on the member Lease, and keep going until nothing is held.
+	// Leave: say so on the member Lease at once, so that the coordinator names other owners for
+	// this replica's buckets while they drain, and keep going until nothing is held.
 	r.log.Info("Leaving the ring", "identity", r.Identity())
 	r.mu.Lock()
 	r.leaving = true
+	r.handoffBy = time.Now().Add(r.t.LeaveTimeout / 2)
 	r.mu.Unlock()
+	select {
+	case r.renewNow <- struct{}{}:
+	default:
+	}
 	leaveCtx, cancelLeave := context.WithTimeout(runCtx, r.t.LeaveTimeout)
 	defer cancelLeave()
 	r.loop(leaveCtx, runCtx)
