@@ -180,6 +180,53 @@ func (p Probe) about(w crash.Write) bool {
 	return w.Namespace == p.Namespace && (w.Name == p.Pipeline || strings.HasPrefix(w.Name, p.Pipeline+"-"))
 }
 
+// Signal is a SIGKILL or a SIGSTOP the run sent to a replica.
+type Signal struct {
+	Kind    string // KindKill or KindStop
+	Replica string
+	At      time.Time
+}
+
+// Interrupted finds a graceful handover that a later round cut short: after the probe was made,
+// the bucket went to a replica that was killed or stopped before any owner wrote for the probe,
+// so the first write came only once the coordinator had moved the bucket on. Such a gap is the
+// signal's, measured from it as an ungraceful gap is; it returns that signal and that gap.
+func Interrupted(p Probe, h History, writes []crash.Write, signals []Signal) (Signal, time.Duration, bool) {
+	if !p.Graceful() {
+		return Signal{}, 0, false
+	}
+	first, ok := firstWrite(p, writes)
+	if !ok {
+		return Signal{}, 0, false
+	}
+	writer, b := ReplicaOfWrite(first), shard.BucketOf(p.Namespace)
+	if writer == p.Victim {
+		return Signal{}, 0, false
+	}
+	for _, s := range signals {
+		if s.Replica == writer || s.Replica == p.Victim || s.At.Before(p.Created) || !s.At.Before(first.Received) {
+			continue
+		}
+		for _, hd := range h[b] {
+			// It held the bucket after the probe was made and before the first write.
+			if hd.Replica == s.Replica && hd.From.Before(first.Received) && (hd.To.IsZero() || hd.To.After(p.Created)) {
+				return s, first.Received.Sub(s.At), true
+			}
+		}
+	}
+	return Signal{}, 0, false
+}
+
+// firstWrite is the first applied write of a replica for the probe.
+func firstWrite(p Probe, writes []crash.Write) (crash.Write, bool) {
+	for _, w := range writes {
+		if ReplicaOfWrite(w) != "" && w.Code < 300 && p.about(w) {
+			return w, true
+		}
+	}
+	return crash.Write{}, false
+}
+
 // Gap returns the handover gap a probe saw: the time from the victim's release of the bucket (a
 // graceful move) or from the signal (SIGKILL, SIGSTOP) until the first successful write of a
 // replica for the probe's pipeline. False when the victim itself wrote for it first (it placed
@@ -209,18 +256,12 @@ func Gap(p Probe, h History, writes []crash.Write) (time.Duration, bool) {
 		}
 		from = hd.To
 	}
-	for _, w := range writes {
-		r := ReplicaOfWrite(w)
-		if r == "" || w.Code >= 300 || !p.about(w) {
-			continue
-		}
-		if r == p.Victim {
-			return 0, false
-		}
-		if w.Received.Before(from) {
-			from = w.Received // a graceful move whose new owner wrote before the release: no gap
-		}
-		return w.Received.Sub(from), true
+	w, ok := firstWrite(p, writes)
+	if !ok || ReplicaOfWrite(w) == p.Victim {
+		return 0, false
 	}
-	return 0, false
+	if w.Received.Before(from) {
+		from = w.Received // a graceful move whose new owner wrote before the release: no gap
+	}
+	return w.Received.Sub(from), true
 }

@@ -172,3 +172,56 @@ func TestAuditPolicyLogsTheLeasesFirst(t *testing.T) {
 		t.Errorf("the Lease rule must come before the Metadata rule, limited to %s:\n%s", leaseNS, p)
 	}
 }
+
+// A graceful move whose new owner is killed or stopped before it writes for the probe is the
+// signal's gap, not the move's: the first write comes only once the coordinator moves the bucket on.
+func TestInterrupted(t *testing.T) {
+	h, err := BuildHistory([]crash.Write{
+		leaseWrite(t, 22, "r1", 0, 10),
+		leaseWrite(t, 22, "", 1000, 20),    // r1 releases to r2
+		leaseWrite(t, 22, "r2", 1100, 30),  // r2 takes it, and is stopped at 1150
+		leaseWrite(t, 22, "", 9000, 40),    // the coordinator clears the stopped holder
+		leaseWrite(t, 22, "r3", 9100, 50),  // r3 takes it
+		leaseWrite(t, 44, "r4", 0, 60),     // another bucket, held by r4 all along
+		leaseWrite(t, 44, "", 20000, 70),   // r4 releases to r5
+		leaseWrite(t, 44, "r5", 20100, 80), // r5 takes it
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := func(w crash.Write, name string) crash.Write { w.Name = name; return w }
+	writes := []crash.Write{
+		named(write("r3", nsA, 9300, 201), "p-00007-first"),
+		named(write("r5", nsB, 20300, 201), "p-00008-first"),
+	}
+	moved := Probe{Kind: KindRolling, Namespace: nsA, Pipeline: "p-00007", Victim: "r1", Created: at(1050)}
+	tests := []struct {
+		name    string
+		p       Probe
+		signals []Signal
+		want    Signal
+		gap     time.Duration
+		ok      bool
+	}{
+		{"the new owner stopped before it wrote: the stop's gap, from the signal", moved,
+			[]Signal{{Kind: KindStop, Replica: "r2", At: at(1150)}}, Signal{Kind: KindStop, Replica: "r2", At: at(1150)}, 8150 * time.Millisecond, true},
+		{"a signal to a replica that never held the bucket", moved,
+			[]Signal{{Kind: KindKill, Replica: "r4", At: at(1150)}}, Signal{}, 0, false},
+		{"a signal before the probe was made", moved,
+			[]Signal{{Kind: KindKill, Replica: "r2", At: at(1000)}}, Signal{}, 0, false},
+		{"the writer itself signalled after it wrote", moved,
+			[]Signal{{Kind: KindStop, Replica: "r3", At: at(9400)}}, Signal{}, 0, false},
+		{"an ungraceful probe is left to Gap", Probe{Kind: KindKill, Namespace: nsA, Pipeline: "p-00007", Victim: "r1", Signal: at(1000), Created: at(1050)},
+			[]Signal{{Kind: KindStop, Replica: "r2", At: at(1150)}}, Signal{}, 0, false},
+		{"a move that went through", Probe{Kind: KindScaleDown, Namespace: nsB, Pipeline: "p-00008", Victim: "r4", Created: at(19900)},
+			[]Signal{{Kind: KindStop, Replica: "r2", At: at(1150)}}, Signal{}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, gap, ok := Interrupted(tt.p, h, writes, tt.signals)
+			if s != tt.want || gap != tt.gap || ok != tt.ok {
+				t.Errorf("Interrupted = %+v, %v, %v; want %+v, %v, %v", s, gap, ok, tt.want, tt.gap, tt.ok)
+			}
+		})
+	}
+}

@@ -100,6 +100,9 @@ type Report struct {
 	// of a new owner (the old owner placed the probe before it let go).
 	Gaps  map[string][]time.Duration
 	NoGap map[string]int
+	// Cut counts the graceful handovers that a later SIGKILL or SIGSTOP of the new owner cut
+	// short; their gaps are counted under kill or stop, from that signal (Interrupted).
+	Cut int
 	// Longest are the probes with the longest gaps (at most three per kind), for a closer look.
 	Longest   []string
 	Ownership OwnershipReport
@@ -135,6 +138,9 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "%-11s %7d %7d %8s %8s %8s %6d\n", k, r.Rounds[k], len(g), pct(g, 50), pct(g, 99), pct(g, 100), r.NoGap[k])
 	}
+	if r.Cut > 0 {
+		fmt.Fprintf(&b, "  %d graceful handovers were cut short by a SIGKILL or SIGSTOP of the new owner: counted under kill and stop, from that signal\n", r.Cut)
+	}
 	for _, v := range r.Longest {
 		fmt.Fprintf(&b, "  long gap: %s\n", v)
 	}
@@ -169,6 +175,7 @@ func Merge(prefixes []string, reps []*Report) *Report {
 		for k, n := range r.NoGap {
 			m.NoGap[k] += n
 		}
+		m.Cut += r.Cut
 		for k, n := range r.Owners {
 			m.Owners[p+"/"+k] = n
 		}
@@ -239,8 +246,9 @@ type run struct {
 	victim string // the replica the round signalled
 	signal time.Time
 	probed map[int]bool
-	last   map[int]string // bucket → holder id, as last seen
-	probes []Probe
+	last    map[int]string // bucket → holder id, as last seen
+	probes  []Probe
+	signals []Signal // every SIGKILL and SIGSTOP sent, in order
 }
 
 // Run builds the world, runs the rounds, stops the replicas and reads the audit log. The checker
@@ -546,6 +554,7 @@ func (r *run) probeVictim(ctx context.Context, victim *replica, signal func() er
 	if err := signal(); err != nil {
 		return err
 	}
+	r.signals = append(r.signals, Signal{Kind: r.kind, Replica: victim.id, At: r.signal})
 	for b, v := range views {
 		if v.holderID == victim.id {
 			if err := r.probe(ctx, b, victim.id); err != nil {
@@ -822,6 +831,13 @@ func (r *run) analyse() error {
 		}
 	}()
 	for _, p := range r.probes {
+		if s, g, ok := Interrupted(p, h, writes, r.signals); ok {
+			p.Kind, p.Signal = s.Kind, s.At
+			r.rep.Gaps[p.Kind] = append(r.rep.Gaps[p.Kind], g)
+			r.rep.Cut++
+			long = append(long, probeGap{p, g})
+			continue
+		}
 		if g, ok := Gap(p, h, writes); ok {
 			r.rep.Gaps[p.Kind] = append(r.rep.Gaps[p.Kind], g)
 			long = append(long, probeGap{p, g})
