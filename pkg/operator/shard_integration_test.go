@@ -205,35 +205,9 @@ func placed(ctx context.Context, k8s client.Client, ns, name string, stages int)
 // owned by exactly one of them, each caches only its own, pipelines everywhere are placed; then
 // one leaves gracefully and the other takes its namespaces over and places a new pipeline there.
 func TestIntegrationShardedReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs the envtest control plane (run without -short)")
-	}
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	log.SetLogger(testenv.Logger())
+	cfg, k8s := startShardEnv(t)
 	ctx := context.Background()
-	k8s, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
-	var nss []string
-	for i := range 10 {
-		ns := fmt.Sprintf("team-%d", i)
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		nss = append(nss, ns)
-	}
+	nss := createNamespaces(t, k8s, "team", 10)
 	markWorkersReady(t, k8s, nss)
 	// The collector goes into the process-wide registry once: the second replica, and every
 	// replica of a later run (-count), skips it.
@@ -337,4 +311,45 @@ func TestIntegrationShardedReplicas(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// startShardEnv starts an envtest control plane for the sharded replicas' tests (skipped with
+// -short), with the operator's scheme, a client that can also watch, and the Lease namespace.
+func startShardEnv(t *testing.T) (*rest.Config, client.WithWatch) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs the envtest control plane (run without -short)")
+	}
+	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	log.SetLogger(testenv.Logger())
+	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, k8s
+}
+
+// createNamespaces creates n namespaces named prefix-0 … prefix-(n-1) and returns their names.
+func createNamespaces(t *testing.T, k8s client.Client, prefix string, n int) []string {
+	t.Helper()
+	nss := make([]string, 0, n)
+	for i := range n {
+		ns := fmt.Sprintf("%s-%d", prefix, i)
+		if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, ns)
+	}
+	return nss
 }

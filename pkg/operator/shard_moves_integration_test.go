@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	appsv1alpha1 "github.com/conveyor-dev/conveyor/apis/apps/v1alpha1"
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
@@ -210,35 +209,9 @@ func allReady(ctx context.Context, k8s client.Client, nss []string, want int) er
 // new Pipelines are created: no worker dies, so no binding may ever be DeadEnd, no Pipeline may
 // ever be Broken, and no Ready Pipeline may leave Ready.
 func TestIntegrationBucketMovesKeepPipelinesReady(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs the envtest control plane (run without -short)")
-	}
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	log.SetLogger(testenv.Logger())
+	cfg, k8s := startShardEnv(t)
 	ctx := context.Background()
-	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
-	var nss []string
-	for i := range 12 {
-		ns := fmt.Sprintf("moves-%d", i)
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		nss = append(nss, ns)
-	}
+	nss := createNamespaces(t, k8s, "moves", 12)
 	playKubelet(t, k8s, func() []string { return nss })
 	w := watchPhases(t, k8s)
 
@@ -320,27 +293,8 @@ func TestIntegrationBucketMovesKeepPipelinesReady(t *testing.T) {
 // being placed. No worker dies: no binding may ever be DeadEnd, no Pipeline Broken, and none may
 // leave Ready.
 func TestIntegrationWeightedMovesKeepPipelinesHealthy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs the envtest control plane (run without -short)")
-	}
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	log.SetLogger(testenv.Logger())
+	cfg, k8s := startShardEnv(t)
 	ctx := context.Background()
-	k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
 	counts := []int{30, 15, 10, 8, 6, 5, 4, 4, 3, 3, 3, 2, 2, 2, 2, 1}
 	classes := []string{"green", "blue", "red"}
 	const capacity = 10

@@ -242,10 +242,10 @@ type run struct {
 	made  map[string]int      // namespace → pipelines created so far
 	names map[string][]string // namespace → its pipelines, oldest first
 	// kind is what the round under way does; probed the buckets probed during it.
-	kind   string
-	victim string // the replica the round signalled
-	signal time.Time
-	probed map[int]bool
+	kind    string
+	victim  string // the replica the round signalled
+	signal  time.Time
+	probed  map[int]bool
 	last    map[int]string // bucket → holder id, as last seen
 	probes  []Probe
 	signals []Signal // every SIGKILL and SIGSTOP sent, in order
