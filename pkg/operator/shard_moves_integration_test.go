@@ -43,18 +43,9 @@ func playKubelet(t *testing.T, k8s client.Client, nss func() []string) {
 }
 
 func kubeletStep(ctx context.Context, k8s client.Client, ns string) {
-	pods := &corev1.PodList{}
-	if err := k8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+	pods := readyPods(ctx, k8s, ns)
+	if pods == nil {
 		return
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.DeletionTimestamp == nil && !workerpod.Ready(pod) {
-			pod.Status.Phase = corev1.PodRunning
-			pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", i+1)
-			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-			_ = k8s.Status().Update(ctx, pod)
-		}
 	}
 	services := &corev1.ServiceList{}
 	if err := k8s.List(ctx, services, client.InNamespace(ns)); err != nil {
