@@ -121,7 +121,9 @@ func Scheme() *runtime.Scheme {
 }
 
 // Start creates a cluster and waits until its apiserver is healthy, the controller manager works
-// and opts.Nodes simulated nodes are Ready. On failure it removes everything it created.
+// and opts.Nodes simulated nodes are Ready. On failure it prints the tail of every component log
+// through opts.Logf, copies the logs to $CONVEYOR_ARTIFACTS when set, and removes everything it
+// created.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	started := time.Now()
 	if opts.Name == "" {
@@ -163,6 +165,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.env = c.environ()
 	defer func() {
 		if err != nil {
+			// The cluster's directory goes with it: show why it did not start first.
+			var tails strings.Builder
+			c.DumpLogs(&tails)
+			c.logf("%s", strings.TrimRight(tails.String(), "\n"))
+			saveArtifacts(c)
 			if stopErr := c.Stop(); stopErr != nil {
 				err = errors.Join(err, fmt.Errorf("cleaning up the partly created cluster: %w", stopErr))
 			}

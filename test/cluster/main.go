@@ -178,6 +178,7 @@ func (g *signalGuard) protect(c *Cluster) bool {
 
 func (g *signalGuard) release() { signal.Stop(g.sigs) }
 
+// saveArtifacts copies the cluster's logs to $CONVEYOR_ARTIFACTS when it is set.
 func saveArtifacts(c *Cluster) {
 	if dir := os.Getenv(EnvArtifacts); dir != "" {
 		if err := c.SaveLogs(dir); err != nil {
