@@ -25,7 +25,6 @@ import (
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/pkg/operator/nscache"
 	"github.com/conveyor-dev/conveyor/pkg/shard"
-	"github.com/conveyor-dev/conveyor/pkg/workerpod"
 	"github.com/conveyor-dev/conveyor/test/fixtures"
 	"github.com/conveyor-dev/conveyor/test/testenv"
 )
@@ -164,7 +163,7 @@ func markWorkersReady(t *testing.T, k8s client.Client, nss []string) {
 		defer close(done)
 		for ctx.Err() == nil {
 			for _, ns := range nss {
-				readyPods(ctx, k8s, ns)
+				testenv.ReadyPods(ctx, k8s, ns)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -340,23 +339,4 @@ func createNamespaces(t *testing.T, k8s client.Client, prefix string, n int) []s
 		nss = append(nss, ns)
 	}
 	return nss
-}
-
-// readyPods plays the kubelet for the namespace's Pods: every live Pod not Ready yet gets an IP
-// and turns Running and Ready. It returns the Pods as it left them, nil when it could not list them.
-func readyPods(ctx context.Context, k8s client.Client, ns string) *corev1.PodList {
-	pods := &corev1.PodList{}
-	if err := k8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
-		return nil
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.DeletionTimestamp == nil && !workerpod.Ready(pod) {
-			pod.Status.Phase = corev1.PodRunning
-			pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", i+1)
-			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-			_ = k8s.Status().Update(ctx, pod)
-		}
-	}
-	return pods
 }

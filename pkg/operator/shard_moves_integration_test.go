@@ -43,7 +43,7 @@ func playKubelet(t *testing.T, k8s client.Client, nss func() []string) {
 }
 
 func kubeletStep(ctx context.Context, k8s client.Client, ns string) {
-	pods := readyPods(ctx, k8s, ns)
+	pods := testenv.ReadyPods(ctx, k8s, ns)
 	if pods == nil {
 		return
 	}

@@ -169,18 +169,9 @@ func fakeKubeletWithLag(t *testing.T, ns string, lag time.Duration) {
 }
 
 func kubeletStep(ctx context.Context, ns string, lag time.Duration) {
-	pods := &corev1.PodList{}
-	if err := envK8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+	pods := testenv.ReadyPods(ctx, envK8s, ns)
+	if pods == nil {
 		return
-	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.DeletionTimestamp == nil && !workerpod.Ready(pod) {
-			pod.Status.Phase = corev1.PodRunning
-			pod.Status.PodIP = fmt.Sprintf("10.0.0.%d", i+1)
-			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-			_ = envK8s.Status().Update(ctx, pod)
-		}
 	}
 	services := &corev1.ServiceList{}
 	if err := envK8s.List(ctx, services, client.InNamespace(ns)); err != nil {
