@@ -97,7 +97,7 @@ func TestWindow(t *testing.T) {
 		name          string
 		n, limit      int
 		failAt        int // -1: every call succeeds
-		stopAfter     int // stop says so once this many calls started; -1: never
+		stopAfter     int // stop says so once it has let this many calls through; -1: never
 		wantOK        int
 		wantCalls     int // -1: not checked exactly (calls in flight at the failure finish)
 		wantMaxFlight int // the most calls in flight at once must not exceed this
@@ -111,12 +111,19 @@ func TestWindow(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
-			started, finished, succeeded, maxFlight, calls := 0, 0, 0, 0, 0
+			started, finished, succeeded, maxFlight, calls, approved := 0, 0, 0, 0, 0, 0
 			var violations []string
+			// stop counts the launches it lets through: window asks it once before each launch, on
+			// its own goroutine, so the count is exact. (Counting the calls that have begun instead
+			// would lag the launches whose goroutines have not run yet, and let extra calls start.)
 			stop := func() bool {
 				mu.Lock()
 				defer mu.Unlock()
-				return tt.stopAfter >= 0 && started >= tt.stopAfter
+				if tt.stopAfter >= 0 && approved >= tt.stopAfter {
+					return true
+				}
+				approved++
+				return false
 			}
 			ok, err := window(tt.n, tt.limit, stop, func(i int) error {
 				mu.Lock()
@@ -149,6 +156,9 @@ func TestWindow(t *testing.T) {
 			}
 			if (tt.failAt >= 0) != (err != nil) {
 				t.Errorf("error %v, want one only when a call fails", err)
+			}
+			if tt.stopAfter >= 0 && calls > approved {
+				t.Errorf("%d calls, but stop let only %d through", calls, approved)
 			}
 			if tt.wantCalls >= 0 && calls != tt.wantCalls {
 				t.Errorf("%d calls, want %d", calls, tt.wantCalls)
