@@ -132,7 +132,7 @@ func (r Renderer) describeStage(w io.Writer, s *Snapshot, p *schedulingv1alpha1.
 		fmt.Fprintf(tw, "  Worker:\t%s)\n", worker)
 	}
 	svc := serviceName(b)
-	fmt.Fprintf(tw, "  Service:\t%s (%s) → %s\n", svc, serviceType(s.service(svc)), s.endpointPods(svc, false))
+	fmt.Fprintf(tw, "  Service:\t%s (%s) → %s\n", svc, serviceType(s.service(svc)), s.endpointPods(svc, nil))
 	fmt.Fprintf(tw, "  Load:\t%d documents/s\n", b.Spec.DocumentsPerSecond)
 	phase := orNone(string(b.Status.Phase))
 	if b.Status.Phase != schedulingv1alpha1.BindingReady {

@@ -26,6 +26,18 @@ type Renderer struct {
 	// Age formats how long ago t was; nil uses kubectl's short form ("12s", "3m4s", "5h").
 	// Golden tests replace it to keep their output stable.
 	Age func(now, t time.Time) string
+	// IP formats a Pod IP in the wide Service table; nil prints it as it is. Golden tests
+	// replace it: IPs differ in length from run to run, and the columns are as wide as their
+	// widest cell.
+	IP func(ip string) string
+}
+
+// ip formats a Pod IP.
+func (r Renderer) ip(ip string) string {
+	if r.IP != nil {
+		return r.IP(ip)
+	}
+	return ip
 }
 
 // age formats how long before now t was.
@@ -84,8 +96,9 @@ func (s *Snapshot) endpoints(svc string) []endpoint {
 	return out
 }
 
-// endpointPods joins the names of a Service's ready endpoints, or says there is none.
-func (s *Snapshot) endpointPods(svc string, withIPs bool) string {
+// endpointPods joins the names of a Service's ready endpoints, or says there is none; with ip
+// (nil: without IPs) each name is followed by its Pod's IP, formatted by ip.
+func (s *Snapshot) endpointPods(svc string, ip func(string) string) string {
 	eps := s.endpoints(svc)
 	if len(eps) == 0 {
 		return "<none>"
@@ -93,8 +106,8 @@ func (s *Snapshot) endpointPods(svc string, withIPs bool) string {
 	names := make([]string, len(eps))
 	for i, e := range eps {
 		names[i] = e.pod
-		if withIPs && e.ip != "" {
-			names[i] += " (" + e.ip + ")"
+		if ip != nil && e.ip != "" {
+			names[i] += " (" + ip(e.ip) + ")"
 		}
 	}
 	return strings.Join(names, ",")

@@ -176,6 +176,39 @@ HPA              NAME          TARGET              ACTUAL  REPLICAS  DESIRED  MI
 	}
 }
 
+// TestIPHookKeepsColumns: an IP hook is applied before the columns are laid out, so IPs of another
+// length leave the wide table as it was; printed as they are, they move the columns after them.
+func TestIPHookKeepsColumns(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	longIPs := func() *Snapshot {
+		s := broken()
+		for i := range s.Slices {
+			for j := range s.Slices[i].Endpoints {
+				s.Slices[i].Endpoints[j].Addresses = []string{"10.244.100.123"}
+			}
+		}
+		return s
+	}
+	render := func(r Renderer, s *Snapshot) string {
+		var buf bytes.Buffer
+		if err := r.Tables(&buf, s); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	hooked := Renderer{Wide: true, Now: now, IP: func(string) string { return "<ip>" }}
+	if diff := cmp.Diff(render(hooked, broken()), render(hooked, longIPs())); diff != "" {
+		t.Errorf("the IPs' length moved the columns although the hook replaced them (-short +long):\n%s", diff)
+	}
+	if !strings.Contains(render(hooked, broken()), "blue-0 (<ip>)") {
+		t.Errorf("the hook was not applied:\n%s", render(hooked, broken()))
+	}
+	plain := Renderer{Wide: true, Now: now}
+	if render(plain, broken()) == strings.ReplaceAll(render(plain, longIPs()), "10.244.100.123", "10.0.0.1") {
+		t.Error("without the hook the longer IPs should widen the ENDPOINTS column")
+	}
+}
+
 func TestDescribePipeline(t *testing.T) {
 	tests := []struct {
 		name    string

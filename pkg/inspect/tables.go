@@ -96,10 +96,14 @@ func (r Renderer) serviceTable(w io.Writer, s *Snapshot) {
 	if r.Wide {
 		header = append(header, "TYPE")
 	}
+	var ip func(string) string // the IPs only in the wide table
+	if r.Wide {
+		ip = r.ip
+	}
 	var rows [][]string
 	for i := range s.Bindings {
 		name := serviceName(&s.Bindings[i])
-		row := []string{name, s.endpointPods(name, r.Wide)}
+		row := []string{name, s.endpointPods(name, ip)}
 		if r.Wide {
 			row = append(row, serviceType(s.service(name)))
 		}

@@ -272,7 +272,11 @@ func runPluginErr(ctx context.Context, ns string, args ...string) (string, error
 	cmd := kubectlconveyor.NewCommand(kubectlconveyor.Options{
 		IOStreams:   genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &stdout, ErrOut: &stderr},
 		ConfigFlags: flags,
-		Renderer:    inspect.Renderer{Age: func(time.Time, time.Time) string { return "<age>" }},
+		Renderer: inspect.Renderer{
+			Age: func(time.Time, time.Time) string { return "<age>" },
+			// Replaced before the columns are laid out: IPs of different lengths would move them.
+			IP: func(string) string { return "<ip>" },
+		},
 	})
 	cmd.SetArgs(append([]string{"--kubeconfig", env.Kubeconfig(), "-n", ns}, args...))
 	if err := cmd.ExecuteContext(ctx); err != nil {
