@@ -29,14 +29,23 @@ const (
 //     w ≤ (c-1)·W/(n-1);
 //   - a bucket stays with its owner when that owner is a member and keeping it stays within the
 //     limit, so a member leaving moves its own buckets, and a weight changing moves nothing until
-//     a member passes the limit;
+//     a member passes the limit or the loads spread past the trigger (below);
 //   - a member below floor = floor(W/(c·n)) takes buckets from the most loaded members while a
 //     move brings the two closer, so a member joining gets a share, and the owner of a bucket
-//     that turned hot gives its other buckets away.
+//     that turned hot gives its other buckets away;
+//   - when the most and the least loaded member differ by more than the trigger, 4·gain with
+//     gain = max(16, ceil(W/(40·n))) (10% of the average load), the most loaded member gives a
+//     bucket, or swaps one for a lighter one, to the least loaded member that can take it so that
+//     the larger of their two loads falls by at least the gain, and again while it can (balance);
+//     of the moves that qualify it takes the one that moves the fewest buckets from their current
+//     owner, so a bucket that moves anyway (its owner left) goes first. A move never raises the
+//     highest load nor lowers the lowest, so the bounds above hold; undoing one takes weights
+//     changing by about two gains, so single pipelines coming and going move nothing.
 //
 // A bucket that has to move goes to the first member of its own order (rendezvous hashing: the
 // members ranked by a hash of member and bucket) that has room, preferring members below the
-// floor; so where buckets go depends on the bucket, not on the order they are placed in.
+// floor; so where buckets go depends on the bucket, not on the order they are placed in. Only
+// balance chooses by load instead, and only among moves that lower the larger load by the gain.
 func Assign(weights []int, members []string, current []string) []string {
 	owners := make([]string, len(weights))
 	members = slices.Compact(slices.Sorted(slices.Values(members)))
@@ -59,8 +68,12 @@ func Assign(weights []int, members []string, current []string) []string {
 	a := &assignment{owners: owners, cost: cost, load: map[string]int{}, capacity: capacity, limit: limit, members: members}
 	a.keep(current)
 	a.place(floor)
-	a.fill(floor)
-	return owners
+	for {
+		a.fill(floor)
+		if !a.balance(current, total) {
+			return owners
+		}
+	}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -220,4 +233,156 @@ func score(member string, bucket int) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
+}
+
+// The balancing step's thresholds. A move must lower the larger of the two loads it touches by at
+// least the gain, max(balanceMinGain, ceil(W/(balanceGainDen·n))): 2.5% of the average load, and
+// never less than 16 (pipelines, near enough); the step runs only when the most and the least
+// loaded member differ by more than balanceTrigger gains (10% of the average, 64 at least).
+const (
+	balanceGainDen = 40
+	balanceMinGain = 16
+	balanceTrigger = 4
+)
+
+// balance evens the loads out when they spread too far, and says whether it moved a bucket.
+//
+// It runs only when the most and the least loaded member differ by more than the trigger. Then,
+// while the most loaded member (the first by name among equals) can give a bucket, or swap one for a
+// lighter bucket, with a less loaded member so that the larger of their two loads falls by at
+// least the gain without the other passing its capacity, it does, with the least loaded member
+// that can take it; it stops when the most loaded member can give nothing that way. A load falling
+// by at least the gain means the bucket's cost δ is at least the gain and the receiver ends at
+// least the gain below where the donor started: lr + δ ≤ ld − gain. So the donor ends above where
+// the receiver started, no member ends above the old maximum (the limits hold) or below the old
+// minimum (the floor holds), and each move lowers the sum of the squared loads by
+// 2·δ·(ld − lr − δ) ≥ 2·gain², so the loop ends. A move is undone only after weights change by
+// about two gains between the two members, so pipelines coming and going one at a time do not
+// make buckets flap; and where it stops is where it starts when fed its own result.
+func (a *assignment) balance(current []string, total int) (moved bool) {
+	n := len(a.members)
+	if n < 2 {
+		return false
+	}
+	gain := max(balanceMinGain, ceilDiv(total, balanceGainDen*n))
+	byLoad := slices.Clone(a.members) // least loaded first, then by name
+	sortByLoad := func() {
+		slices.SortStableFunc(byLoad, func(x, y string) int { return cmp.Compare(a.load[x], a.load[y]) })
+	}
+	sortByLoad()
+	if a.load[byLoad[n-1]]-a.load[byLoad[0]] <= balanceTrigger*gain {
+		return false
+	}
+	for {
+		d := a.mostLoaded()
+		step := false
+		for _, r := range byLoad {
+			if a.load[r] >= a.load[d] {
+				break
+			}
+			if x, y, ok := a.bestExchange(d, r, current, gain); ok {
+				a.give(x, r)
+				if y >= 0 {
+					a.give(y, d)
+				}
+				step, moved = true, true
+				break
+			}
+		}
+		if !step {
+			return moved
+		}
+		sortByLoad()
+	}
+}
+
+// mostLoaded returns the most loaded member, the first by name among equals.
+func (a *assignment) mostLoaded() string {
+	d := a.members[0]
+	for _, m := range a.members[1:] {
+		if a.load[m] > a.load[d] {
+			d = m
+		}
+	}
+	return d
+}
+
+// give moves bucket b to member m.
+func (a *assignment) give(b int, m string) {
+	a.load[a.owners[b]] -= a.cost[b]
+	a.owners[b] = m
+	a.load[m] += a.cost[b]
+}
+
+// bestExchange returns the bucket x that donor d should give receiver r, and the bucket y (-1 for
+// none) r should give d in return, such that the larger of their two loads falls by at least gain
+// and r stays within its capacity. Of those, it picks the one that moves the fewest buckets away
+// from their current owners, then the one that lowers the larger load most, then the one whose
+// buckets rank r (and d) highest.
+func (a *assignment) bestExchange(d, r string, current []string, gain int) (x, y int, ok bool) {
+	ld, lr := a.load[d], a.load[r]
+	var mine, theirs []int
+	for b, o := range a.owners {
+		switch o {
+		case d:
+			mine = append(mine, b)
+		case r:
+			theirs = append(theirs, b)
+		}
+	}
+	// extra is how many more buckets end away from their current owner when b goes from -> to.
+	extra := func(b int, from, to string) int {
+		e := 0
+		if b < len(current) && current[b] == from {
+			e++
+		}
+		if b < len(current) && current[b] == to {
+			e--
+		}
+		return e
+	}
+	type option struct{ x, y, extra, gain int }
+	var best option
+	better := func(o option) bool {
+		switch {
+		case !ok:
+			return true
+		case o.extra != best.extra:
+			return o.extra < best.extra
+		case o.gain != best.gain:
+			return o.gain > best.gain
+		case o.x != best.x:
+			return score(r, o.x) > score(r, best.x)
+		case o.y < 0 || best.y < 0:
+			return o.y < best.y // a move before a swap
+		default:
+			return score(d, o.y) > score(d, best.y)
+		}
+	}
+	consider := func(o option) {
+		if better(o) {
+			best, ok = o, true
+		}
+	}
+	try := func(x, y int) {
+		delta := a.cost[x]
+		e := extra(x, d, r)
+		if y >= 0 {
+			delta -= a.cost[y]
+			e += extra(y, r, d)
+		}
+		if delta < gain || ld-lr-delta < gain || lr+delta > a.capacity {
+			return
+		}
+		consider(option{x: x, y: y, extra: e, gain: min(delta, ld-lr-delta)})
+	}
+	for _, x := range mine {
+		try(x, -1)
+		for _, y := range theirs {
+			if a.cost[y] < a.cost[x] {
+				try(x, y)
+			}
+		}
+	}
+	return best.x, best.y, ok
 }

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	stdcmp "cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -24,6 +26,7 @@ var weightKinds = []struct {
 	{"empty", func(*rand.Rand) int { return 0 }},
 	{"uniform", func(r *rand.Rand) int { return r.IntN(200) }},
 	{"zipf", nil}, // filled per world: a Zipf draw, so a few buckets are hot
+	{"equal", func(*rand.Rand) int { return 50 }},
 }
 
 func randomWorld(r *rand.Rand, kind int) assignWorld {
@@ -64,6 +67,31 @@ func bounds(weights []int, n int) (limit, capBound, floor, heaviest, total int) 
 	return limit, capBound, floor, heaviest, total
 }
 
+// balanceBounds returns the thresholds of the balancing step: the least a move must lower the
+// larger of its two loads by, max(16, ceil(W/(40·n))), and the spread of the loads above which it
+// runs, four times that.
+func balanceBounds(weights []int, n int) (gain, trigger int) {
+	_, _, _, _, total := bounds(weights, n)
+	gain = max(16, ceilDiv(total, 40*n))
+	return gain, 4 * gain
+}
+
+// spread returns the most loaded member (the first by name among equals), the least loaded one
+// and the difference of their loads; members without a bucket carry 0.
+func spread(members []string, l map[string]int) (most, least string, diff int) {
+	sorted := slices.Sorted(slices.Values(members))
+	most, least = sorted[0], sorted[0]
+	for _, m := range sorted {
+		if l[m] > l[most] {
+			most = m
+		}
+		if l[m] < l[least] {
+			least = m
+		}
+	}
+	return most, least, l[most] - l[least]
+}
+
 func loads(weights []int, owners []string) map[string]int {
 	l := map[string]int{}
 	for b, o := range owners {
@@ -96,6 +124,18 @@ func checkAssignment(t *testing.T, w assignWorld, got []string) {
 			}
 		}
 	}
+	// Balanced: the loads spread by at most the trigger, or the most loaded member has no bucket
+	// whose move to the least loaded one would lower the larger load by the gain.
+	gain, trigger := balanceBounds(w.weights, n)
+	l := loads(w.weights, got)
+	if most, least, diff := spread(w.members, l); diff > trigger {
+		for b, o := range got {
+			c := 1 + w.weights[b]
+			if o == most && c >= gain && diff-c >= gain && l[least]+c <= capBound {
+				t.Errorf("loads spread by %d (trigger %d), and bucket %d (cost %d) could move from %s (%d) to %s (%d)", diff, trigger, b, c, most, l[most], least, l[least])
+			}
+		}
+	}
 	if again := Assign(w.weights, w.members, got); !slices.Equal(again, got) {
 		t.Errorf("fed its own result, Assign moved buckets:\n%s", cmp.Diff(got, again))
 	}
@@ -110,21 +150,31 @@ func checkAssignment(t *testing.T, w assignWorld, got []string) {
 // owners of before to members: a bucket moves only because its owner left, or its owner carried
 // more than the limit, or to a member below the floor (a newcomer, or one that lumpy weights left
 // short), or to a member that carried more than the limit (it shed a heavy bucket and is topped up
-// with light ones). With equal weights, only the leaver's buckets move, and only to a newcomer.
+// with light ones), or because the loads needed balancing: they spread by more than the trigger
+// before, or an owner left and placing its buckets may have spread them. With equal weights, only
+// the leaver's buckets move, and only to a newcomer.
 func checkMoves(t *testing.T, weights []int, members []string, before, after []string) (moves int) {
 	t.Helper()
 	limit, _, floor, _, _ := bounds(weights, len(members))
+	_, trigger := balanceBounds(weights, len(members))
 	had := loads(weights, before)
+	_, _, diff := spread(members, had)
+	balancing := diff > trigger
+	for _, o := range before {
+		if !slices.Contains(members, o) {
+			balancing = true
+		}
+	}
 	for b := range after {
 		if after[b] == before[b] {
 			continue
 		}
 		moves++
-		if !slices.Contains(members, before[b]) {
-			continue // its owner left
+		if !slices.Contains(members, before[b]) || balancing {
+			continue // its owner left, or the loads needed balancing
 		}
 		if had[before[b]] <= limit && had[after[b]] >= floor && had[after[b]] <= limit {
-			t.Errorf("bucket %d moved from %s, which carried %d (limit %d), to %s, which carried %d (floor %d)", b, before[b], had[before[b]], limit, after[b], had[after[b]], floor)
+			t.Errorf("bucket %d moved from %s, which carried %d (limit %d), to %s, which carried %d (floor %d), loads spread by %d (trigger %d)", b, before[b], had[before[b]], limit, after[b], had[after[b]], floor, diff, trigger)
 		}
 	}
 	return moves
@@ -137,7 +187,9 @@ func checkMoves(t *testing.T, weights []int, members []string, before, after []s
 func TestAssignProperties(t *testing.T) {
 	for kind := range weightKinds {
 		t.Run(weightKinds[kind].name, func(t *testing.T) {
-			strict := weightKinds[kind].name == "empty"
+			// Equal weights: a leaver's buckets are the only ones to move, and a newcomer gets
+			// every bucket that moves.
+			strict := weightKinds[kind].name == "empty" || weightKinds[kind].name == "equal"
 			var joinMoves, leaveMoves, driftMoves int
 			for seed := range uint64(300) {
 				r := rand.New(rand.NewPCG(seed, uint64(kind)))
@@ -270,5 +322,196 @@ func TestAssign(t *testing.T) {
 				checkAssignment(t, assignWorld{weights: tt.weights, members: tt.members, current: tt.current}, got)
 			}
 		})
+	}
+}
+
+// benchMembers are the replicas of the scale-out benchmark.
+func benchMembers() []string {
+	var members []string
+	for i := range 10 {
+		members = append(members, fmt.Sprintf("r%d", i))
+	}
+	return members
+}
+
+// nsWeights returns the bucket weights of namespaces ns-000, ns-001... holding counts[i] pipelines.
+func nsWeights(prefix string, counts []int) []int {
+	w := make([]int, Buckets)
+	for i, c := range counts {
+		w[BucketOf(fmt.Sprintf("%s-%03d", prefix, i))] += c
+	}
+	return w
+}
+
+// zipfSplit deals n pipelines over k namespaces as the scale-out benchmark does: rank r gets a share
+// proportional to 1/(r+1)^s (largest remainder, ties to the lower rank), the ranks dealt to the
+// namespaces in an order drawn from seed.
+func zipfSplit(n, k int, s float64, seed uint64) []int {
+	ideal := make([]float64, k)
+	var sum float64
+	for r := range ideal {
+		ideal[r] = math.Pow(float64(r+1), -s)
+		sum += ideal[r]
+	}
+	byRank := make([]int, k)
+	left := n
+	for r := range ideal {
+		ideal[r] *= float64(n) / sum
+		byRank[r] = int(ideal[r])
+		left -= byRank[r]
+	}
+	ranks := make([]int, k)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	slices.SortStableFunc(ranks, func(x, y int) int {
+		return stdcmp.Compare(ideal[y]-float64(byRank[y]), ideal[x]-float64(byRank[x]))
+	})
+	for _, r := range ranks[:left] {
+		byRank[r]++
+	}
+	out := make([]int, k)
+	for r, ns := range rand.New(rand.NewPCG(seed, 0x5ca1e007)).Perm(k) {
+		out[ns] = byRank[r]
+	}
+	return out
+}
+
+func memberLoads(weights []int, owners, members []string) []int {
+	l := loads(weights, owners)
+	out := make([]int, 0, len(members))
+	for _, m := range members {
+		out = append(out, l[m])
+	}
+	slices.Sort(out)
+	return out
+}
+
+func movedBuckets(before, after []string) int {
+	n := 0
+	for b := range after {
+		if after[b] != before[b] {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAssignBalancesTheBenchmark is the scale-out benchmark's layout: 10,000 pipelines, 50 in each
+// of 200 namespaces (1 to 4 namespaces a bucket), over 10 replicas. Whether the coordinator first
+// saw no weights (a cold start, then the weights fed with that result) or saw them all at once,
+// the busiest replica carries at most the mean plus the heaviest bucket, and the loads spread by
+// no more than the balancing trigger: the static baseline's hand split carries 1,000 each.
+func TestAssignBalancesTheBenchmark(t *testing.T) {
+	counts := make([]int, 200)
+	for i := range counts {
+		counts[i] = 50
+	}
+	weights := nsWeights("bench", counts)
+	members := benchMembers()
+	cold := Assign(make([]int, Buckets), members, nil)
+	_, _, _, heaviest, total := bounds(weights, len(members))
+	_, trigger := balanceBounds(weights, len(members))
+	for _, tt := range []struct {
+		name    string
+		current []string
+	}{
+		{"after a cold start without weights", cold},
+		{"fresh", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Assign(weights, members, tt.current)
+			checkAssignment(t, assignWorld{weights: weights, members: members, current: tt.current}, got)
+			l := memberLoads(weights, got, members)
+			t.Logf("loads %v (mean %.1f, heaviest bucket %d, trigger %d)", l, float64(total)/10, heaviest, trigger)
+			if tt.current != nil {
+				t.Logf("%d buckets moved from the cold start's owners", movedBuckets(tt.current, got))
+			}
+			if busiest := l[len(l)-1]; busiest*len(members) > total+len(members)*heaviest {
+				t.Errorf("the busiest replica carries %d, above the mean %.1f plus the heaviest bucket %d", busiest, float64(total)/10, heaviest)
+			}
+			if d := l[len(l)-1] - l[0]; d > trigger {
+				t.Errorf("loads spread by %d, above the trigger %d", d, trigger)
+			}
+		})
+	}
+}
+
+// TestAssignZipf is the benchmark's skewed layout: 10,000 pipelines over 200 namespaces by a Zipf
+// law of exponent 1.1, so the hottest namespace holds about a fifth of them, twice a replica's
+// share. Its bucket gets a replica of its own (a namespace is never split, so that replica is the
+// busiest whatever the others do), and balancing the others never puts a bucket beside it.
+func TestAssignZipf(t *testing.T) {
+	members := benchMembers()
+	for seed := range uint64(5) {
+		weights := nsWeights("bench", zipfSplit(10000, 200, 1.1, seed))
+		hottest := 0
+		for b := range weights {
+			if weights[b] > weights[hottest] {
+				hottest = b
+			}
+		}
+		cold := Assign(make([]int, Buckets), members, nil)
+		for name, current := range map[string][]string{"cold": cold, "fresh": nil} {
+			got := Assign(weights, members, current)
+			checkAssignment(t, assignWorld{weights: weights, members: members, current: current}, got)
+			for b, o := range got {
+				if b != hottest && o == got[hottest] {
+					t.Errorf("seed %d, %s: bucket %d shares %s with the hottest bucket %d", seed, name, b, o, hottest)
+				}
+			}
+			l := memberLoads(weights, got, members)
+			if l[len(l)-1] != 1+weights[hottest] {
+				t.Errorf("seed %d, %s: the busiest replica carries %d, not the hottest bucket's %d", seed, name, l[len(l)-1], 1+weights[hottest])
+			}
+			t.Logf("seed %d, %s: hottest bucket %d costs %d; loads %v", seed, name, hottest, 1+weights[hottest], l)
+		}
+	}
+}
+
+// TestAssignChurn starts from the benchmark layout's balanced result and creates or deletes one
+// pipeline at a time, in a random bucket, feeding each result back: the loads never spread past
+// the trigger, so no bucket moves; and no bucket ever goes back to an owner it left.
+func TestAssignChurn(t *testing.T) {
+	counts := make([]int, 200)
+	for i := range counts {
+		counts[i] = 50
+	}
+	start := nsWeights("bench", counts)
+	members := benchMembers()
+	balanced := Assign(start, members, Assign(make([]int, Buckets), members, nil))
+	moves := 0
+	for seed := range uint64(10) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		weights := slices.Clone(start)
+		current := balanced
+		left := make([]map[string]bool, Buckets)
+		for b := range left {
+			left[b] = map[string]bool{}
+		}
+		for step := range 300 {
+			b := r.IntN(Buckets)
+			if r.IntN(2) == 0 && weights[b] > 0 {
+				weights[b]--
+			} else {
+				weights[b]++
+			}
+			next := Assign(weights, members, current)
+			for b := range next {
+				if next[b] == current[b] {
+					continue
+				}
+				moves++
+				if left[b][next[b]] {
+					t.Errorf("seed %d, step %d: bucket %d went back to %s", seed, step, b, next[b])
+				}
+				left[b][current[b]] = true
+			}
+			current = next
+		}
+	}
+	t.Logf("10 runs of 300 pipelines created or deleted one at a time: %d buckets moved", moves)
+	if moves > 0 {
+		t.Errorf("%d buckets moved", moves)
 	}
 }
