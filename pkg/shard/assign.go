@@ -29,24 +29,43 @@ const (
 //     w ≤ (c-1)·W/(n-1);
 //   - a bucket stays with its owner when that owner is a member and keeping it stays within the
 //     limit, so a member leaving moves its own buckets, and a weight changing moves nothing until
-//     a member passes the limit or the loads spread past the trigger (below);
+//     a member passes the limit;
 //   - a member below floor = floor(W/(c·n)) takes buckets from the most loaded members while a
 //     move brings the two closer, so a member joining gets a share, and the owner of a bucket
-//     that turned hot gives its other buckets away;
-//   - when the most and the least loaded member differ by more than the trigger, 4·gain with
-//     gain = max(16, ceil(W/(40·n))) (10% of the average load), the most loaded member gives a
-//     bucket, or swaps one for a lighter one, to the least loaded member that can take it so that
-//     the larger of their two loads falls by at least the gain, and again while it can (balance);
-//     of the moves that qualify it takes the one that moves the fewest buckets from their current
-//     owner, so a bucket that moves anyway (its owner left) goes first. A move never raises the
-//     highest load nor lowers the lowest, so the bounds above hold; undoing one takes weights
-//     changing by about two gains, so single pipelines coming and going move nothing.
+//     that turned hot gives its other buckets away.
 //
 // A bucket that has to move goes to the first member of its own order (rendezvous hashing: the
 // members ranked by a hash of member and bucket) that has room, preferring members below the
-// floor; so where buckets go depends on the bucket, not on the order they are placed in. Only
-// balance chooses by load instead, and only among moves that lower the larger load by the gain.
+// floor; so where buckets go depends on the bucket, not on the order they are placed in.
 func Assign(weights []int, members []string, current []string) []string {
+	return assign(weights, members, current, false)
+}
+
+// AssignBalanced is Assign followed by a balancing step, for weights that have stopped moving:
+// when the most and the least loaded member differ by more than the trigger, 4·gain with
+// gain = BalanceGain (2.5% of the average load, so the trigger is 10%), the most loaded member
+// gives a bucket, or swaps one for a lighter one, to the least loaded member that can take it so
+// that the larger of their two loads falls by at least the gain, and again while it can. Of the
+// moves that qualify it takes the one that moves the fewest buckets from their current owner, so
+// a bucket that moves anyway (its owner left) goes first. A move never raises the highest load nor
+// lowers the lowest, so Assign's bounds hold; undoing one takes weights changing by about two
+// gains, so single pipelines coming and going move nothing. Fed its own result, it moves nothing,
+// and neither does Assign (the result is within Assign's bounds).
+//
+// Balancing chooses by load, so it is only worth its moves once the loads it balances are the
+// ones that stay: while pipelines are still arriving, the weights the coordinator reads are some
+// seconds old, and each a different age, and balancing them moves buckets back and forth.
+func AssignBalanced(weights []int, members []string, current []string) []string {
+	return assign(weights, members, current, true)
+}
+
+// BalanceGain is the least a balancing move must lower the larger of its two loads by, for total
+// cost W over n members: max(16, ceil(W/(40·n))), 2.5% of the average load.
+func BalanceGain(total, n int) int {
+	return max(balanceMinGain, ceilDiv(total, balanceGainDen*max(n, 1)))
+}
+
+func assign(weights []int, members []string, current []string, balance bool) []string {
 	owners := make([]string, len(weights))
 	members = slices.Compact(slices.Sorted(slices.Values(members)))
 	members = slices.DeleteFunc(members, func(m string) bool { return m == "" })
@@ -70,7 +89,7 @@ func Assign(weights []int, members []string, current []string) []string {
 	a.place(floor)
 	for {
 		a.fill(floor)
-		if !a.balance(current, total) {
+		if !balance || !a.balance(current, total) {
 			return owners
 		}
 	}
@@ -264,7 +283,7 @@ func (a *assignment) balance(current []string, total int) (moved bool) {
 	if n < 2 {
 		return false
 	}
-	gain := max(balanceMinGain, ceilDiv(total, balanceGainDen*n))
+	gain := BalanceGain(total, n)
 	byLoad := slices.Clone(a.members) // least loaded first, then by name
 	sortByLoad := func() {
 		slices.SortStableFunc(byLoad, func(x, y string) int { return cmp.Compare(a.load[x], a.load[y]) })

@@ -100,8 +100,18 @@ func loads(weights []int, owners []string) map[string]int {
 	return l
 }
 
-// checkAssignment checks what Assign promises for one input and its result.
-func checkAssignment(t *testing.T, w assignWorld, got []string) {
+// assigner is Assign or AssignBalanced.
+type assigner struct {
+	name     string
+	fn       func(weights []int, members, current []string) []string
+	balanced bool
+}
+
+var assigners = []assigner{{"bounded", Assign, false}, {"balanced", AssignBalanced, true}}
+
+// checkAssignment checks what Assign (and AssignBalanced, with balanced) promises for one input
+// and its result.
+func checkAssignment(t *testing.T, a assigner, w assignWorld, got []string) {
 	t.Helper()
 	if len(got) != len(w.weights) {
 		t.Fatalf("%d owners for %d buckets", len(got), len(w.weights))
@@ -128,7 +138,7 @@ func checkAssignment(t *testing.T, w assignWorld, got []string) {
 	// whose move to the least loaded one would lower the larger load by the gain.
 	gain, trigger := balanceBounds(w.weights, n)
 	l := loads(w.weights, got)
-	if most, least, diff := spread(w.members, l); diff > trigger {
+	if most, least, diff := spread(w.members, l); a.balanced && diff > trigger {
 		for b, o := range got {
 			c := 1 + w.weights[b]
 			if o == most && c >= gain && diff-c >= gain && l[least]+c <= capBound {
@@ -136,12 +146,17 @@ func checkAssignment(t *testing.T, w assignWorld, got []string) {
 			}
 		}
 	}
+	if again := a.fn(w.weights, w.members, got); !slices.Equal(again, got) {
+		t.Errorf("fed its own result, %s moved buckets:\n%s", a.name, cmp.Diff(got, again))
+	}
+	// The coordinator switches between the two as the weights calm down and move again: a
+	// balanced result is one Assign keeps.
 	if again := Assign(w.weights, w.members, got); !slices.Equal(again, got) {
-		t.Errorf("fed its own result, Assign moved buckets:\n%s", cmp.Diff(got, again))
+		t.Errorf("fed the %s result, Assign moved buckets:\n%s", a.name, cmp.Diff(got, again))
 	}
 	shuffled := slices.Clone(w.members)
 	slices.Reverse(shuffled)
-	if other := Assign(w.weights, shuffled, w.current); !slices.Equal(other, got) {
+	if other := a.fn(w.weights, shuffled, w.current); !slices.Equal(other, got) {
 		t.Errorf("the order of members changed the result:\n%s", cmp.Diff(got, other))
 	}
 }
@@ -150,18 +165,18 @@ func checkAssignment(t *testing.T, w assignWorld, got []string) {
 // owners of before to members: a bucket moves only because its owner left, or its owner carried
 // more than the limit, or to a member below the floor (a newcomer, or one that lumpy weights left
 // short), or to a member that carried more than the limit (it shed a heavy bucket and is topped up
-// with light ones), or because the loads needed balancing: they spread by more than the trigger
-// before, or an owner left and placing its buckets may have spread them. With equal weights, only
-// the leaver's buckets move, and only to a newcomer.
-func checkMoves(t *testing.T, weights []int, members []string, before, after []string) (moves int) {
+// with light ones), or (balanced only) because the loads needed balancing: they spread by more
+// than the trigger before, or an owner left and placing its buckets may have spread them. With
+// equal weights, only the leaver's buckets move, and only to a newcomer.
+func checkMoves(t *testing.T, balanced bool, weights []int, members []string, before, after []string) (moves int) {
 	t.Helper()
 	limit, _, floor, _, _ := bounds(weights, len(members))
 	_, trigger := balanceBounds(weights, len(members))
 	had := loads(weights, before)
 	_, _, diff := spread(members, had)
-	balancing := diff > trigger
+	balancing := balanced && diff > trigger
 	for _, o := range before {
-		if !slices.Contains(members, o) {
+		if balanced && !slices.Contains(members, o) {
 			balancing = true
 		}
 	}
@@ -185,56 +200,60 @@ func checkMoves(t *testing.T, weights []int, members []string, before, after []s
 // order, and a member leaving or joining, or weights drifting, moves no bucket it need not
 // (checkMoves).
 func TestAssignProperties(t *testing.T) {
-	for kind := range weightKinds {
-		t.Run(weightKinds[kind].name, func(t *testing.T) {
-			// Equal weights: a leaver's buckets are the only ones to move, and a newcomer gets
-			// every bucket that moves.
-			strict := weightKinds[kind].name == "empty" || weightKinds[kind].name == "equal"
-			var joinMoves, leaveMoves, driftMoves int
-			for seed := range uint64(300) {
-				r := rand.New(rand.NewPCG(seed, uint64(kind)))
-				w := randomWorld(r, kind)
-				got := Assign(w.weights, w.members, w.current)
-				checkAssignment(t, w, got)
+	for _, a := range assigners {
+		for kind := range weightKinds {
+			t.Run(a.name+"/"+weightKinds[kind].name, func(t *testing.T) { assignProperties(t, a, kind) })
+		}
+	}
+}
 
-				if len(w.members) > 1 {
-					gone := w.members[r.IntN(len(w.members))]
-					left := slices.DeleteFunc(slices.Clone(w.members), func(m string) bool { return m == gone })
-					after := Assign(w.weights, left, got)
-					checkAssignment(t, assignWorld{weights: w.weights, members: left, current: got}, after)
-					leaveMoves += checkMoves(t, w.weights, left, got, after)
-					for b := range after {
-						if strict && after[b] != got[b] && got[b] != gone {
-							t.Errorf("seed %d: %s left, bucket %d moved from %s to %s", seed, gone, b, got[b], after[b])
-						}
-					}
-				}
+func assignProperties(t *testing.T, a assigner, kind int) {
+	// Equal weights: a leaver's buckets are the only ones to move, and a newcomer gets
+	// every bucket that moves.
+	strict := weightKinds[kind].name == "empty" || weightKinds[kind].name == "equal"
+	var joinMoves, leaveMoves, driftMoves int
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, uint64(kind)))
+		w := randomWorld(r, kind)
+		got := a.fn(w.weights, w.members, w.current)
+		checkAssignment(t, a, w, got)
 
-				// Weights drift by up to a tenth: buckets move only off members past the limit
-				// or onto members below the floor.
-				drifted := slices.Clone(w.weights)
-				for b := range drifted {
-					drifted[b] += drifted[b] * (r.IntN(21) - 10) / 100
-				}
-				after := Assign(drifted, w.members, got)
-				checkAssignment(t, assignWorld{weights: drifted, members: w.members, current: got}, after)
-				driftMoves += checkMoves(t, drifted, w.members, got, after)
-
-				joined := append(slices.Clone(w.members), fmt.Sprintf("new_%x", r.Uint32()))
-				after = Assign(w.weights, joined, got)
-				checkAssignment(t, assignWorld{weights: w.weights, members: joined, current: got}, after)
-				joinMoves += checkMoves(t, w.weights, joined, got, after)
-				if strict {
-					for b := range after {
-						if after[b] != got[b] && after[b] != joined[len(joined)-1] {
-							t.Errorf("seed %d: bucket %d moved from %s to %s, not to the newcomer", seed, b, got[b], after[b])
-						}
-					}
+		if len(w.members) > 1 {
+			gone := w.members[r.IntN(len(w.members))]
+			left := slices.DeleteFunc(slices.Clone(w.members), func(m string) bool { return m == gone })
+			after := a.fn(w.weights, left, got)
+			checkAssignment(t, a, assignWorld{weights: w.weights, members: left, current: got}, after)
+			leaveMoves += checkMoves(t, a.balanced, w.weights, left, got, after)
+			for b := range after {
+				if strict && after[b] != got[b] && got[b] != gone {
+					t.Errorf("seed %d: %s left, bucket %d moved from %s to %s", seed, gone, b, got[b], after[b])
 				}
 			}
-			t.Logf("300 worlds: %d buckets moved on leaves, %d on joins, %d on drifts", leaveMoves, joinMoves, driftMoves)
-		})
+		}
+
+		// Weights drift by up to a tenth: buckets move only off members past the limit
+		// or onto members below the floor.
+		drifted := slices.Clone(w.weights)
+		for b := range drifted {
+			drifted[b] += drifted[b] * (r.IntN(21) - 10) / 100
+		}
+		after := a.fn(drifted, w.members, got)
+		checkAssignment(t, a, assignWorld{weights: drifted, members: w.members, current: got}, after)
+		driftMoves += checkMoves(t, a.balanced, drifted, w.members, got, after)
+
+		joined := append(slices.Clone(w.members), fmt.Sprintf("new_%x", r.Uint32()))
+		after = a.fn(w.weights, joined, got)
+		checkAssignment(t, a, assignWorld{weights: w.weights, members: joined, current: got}, after)
+		joinMoves += checkMoves(t, a.balanced, w.weights, joined, got, after)
+		if strict {
+			for b := range after {
+				if after[b] != got[b] && after[b] != joined[len(joined)-1] {
+					t.Errorf("seed %d: bucket %d moved from %s to %s, not to the newcomer", seed, b, got[b], after[b])
+				}
+			}
+		}
 	}
+	t.Logf("300 worlds: %d buckets moved on leaves, %d on joins, %d on drifts", leaveMoves, joinMoves, driftMoves)
 }
 
 // owned builds an owners slice: every bucket to the member listed for its index modulo the list.
@@ -314,14 +333,16 @@ func TestAssign(t *testing.T) {
 			}
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := Assign(tt.weights, tt.members, tt.current)
-			tt.check(t, got)
-			if len(tt.members) > 0 {
-				checkAssignment(t, assignWorld{weights: tt.weights, members: tt.members, current: tt.current}, got)
-			}
-		})
+	for _, a := range assigners {
+		for _, tt := range tests {
+			t.Run(a.name+"/"+tt.name, func(t *testing.T) {
+				got := a.fn(tt.weights, tt.members, tt.current)
+				tt.check(t, got)
+				if len(tt.members) > 0 {
+					checkAssignment(t, a, assignWorld{weights: tt.weights, members: tt.members, current: tt.current}, got)
+				}
+			})
+		}
 	}
 }
 
@@ -400,8 +421,9 @@ func movedBuckets(before, after []string) int {
 // TestAssignBalancesTheBenchmark is the scale-out benchmark's layout: 10,000 pipelines, 50 in each
 // of 200 namespaces (1 to 4 namespaces a bucket), over 10 replicas. Whether the coordinator first
 // saw no weights (a cold start, then the weights fed with that result) or saw them all at once,
-// the busiest replica carries at most the mean plus the heaviest bucket, and the loads spread by
-// no more than the balancing trigger: the static baseline's hand split carries 1,000 each.
+// AssignBalanced leaves the busiest replica at most the mean plus the heaviest bucket, and the
+// loads spread by no more than the balancing trigger: the static baseline's hand split carries
+// 1,000 each. Assign alone leaves them further apart (the reason to balance).
 func TestAssignBalancesTheBenchmark(t *testing.T) {
 	counts := make([]int, 200)
 	for i := range counts {
@@ -420,8 +442,13 @@ func TestAssignBalancesTheBenchmark(t *testing.T) {
 		{"fresh", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Assign(weights, members, tt.current)
-			checkAssignment(t, assignWorld{weights: weights, members: members, current: tt.current}, got)
+			if l := memberLoads(weights, Assign(weights, members, tt.current), members); l[len(l)-1]-l[0] <= trigger {
+				t.Errorf("Assign alone spreads the loads by %d, within the trigger %d: balancing would buy nothing here", l[len(l)-1]-l[0], trigger)
+			} else {
+				t.Logf("Assign alone: loads %v", l)
+			}
+			got := AssignBalanced(weights, members, tt.current)
+			checkAssignment(t, assigners[1], assignWorld{weights: weights, members: members, current: tt.current}, got)
 			l := memberLoads(weights, got, members)
 			t.Logf("loads %v (mean %.1f, heaviest bucket %d, trigger %d)", l, float64(total)/10, heaviest, trigger)
 			if tt.current != nil {
@@ -453,8 +480,8 @@ func TestAssignZipf(t *testing.T) {
 		}
 		cold := Assign(make([]int, Buckets), members, nil)
 		for name, current := range map[string][]string{"cold": cold, "fresh": nil} {
-			got := Assign(weights, members, current)
-			checkAssignment(t, assignWorld{weights: weights, members: members, current: current}, got)
+			got := AssignBalanced(weights, members, current)
+			checkAssignment(t, assigners[1], assignWorld{weights: weights, members: members, current: current}, got)
 			for b, o := range got {
 				if b != hottest && o == got[hottest] {
 					t.Errorf("seed %d, %s: bucket %d shares %s with the hottest bucket %d", seed, name, b, o, hottest)
@@ -470,9 +497,10 @@ func TestAssignZipf(t *testing.T) {
 }
 
 // TestAssignChurn starts from the benchmark layout's balanced result and creates or deletes one
-// pipeline at a time, in a random bucket, feeding each result back: no bucket moves (a few hundred
-// single changes leave the loads well within the trigger), and none ever goes back to an owner it
-// left.
+// pipeline at a time, in a random bucket, feeding each result back, through AssignBalanced (the
+// weights calm) or Assign (moving), or each in turn as the coordinator may: no bucket moves (a
+// few hundred single changes leave the loads well within the trigger and the bounds), and none
+// ever goes back to an owner it left.
 func TestAssignChurn(t *testing.T) {
 	counts := make([]int, 200)
 	for i := range counts {
@@ -480,39 +508,52 @@ func TestAssignChurn(t *testing.T) {
 	}
 	start := nsWeights("bench", counts)
 	members := benchMembers()
-	balanced := Assign(start, members, Assign(make([]int, Buckets), members, nil))
-	moves := 0
-	for seed := range uint64(10) {
-		r := rand.New(rand.NewPCG(seed, 7))
-		weights := slices.Clone(start)
-		current := balanced
-		left := make([]map[string]bool, Buckets)
-		for b := range left {
-			left[b] = map[string]bool{}
-		}
-		for step := range 300 {
-			b := r.IntN(Buckets)
-			if r.IntN(2) == 0 && weights[b] > 0 {
-				weights[b]--
-			} else {
-				weights[b]++
-			}
-			next := Assign(weights, members, current)
-			for b := range next {
-				if next[b] == current[b] {
-					continue
+	balanced := AssignBalanced(start, members, Assign(make([]int, Buckets), members, nil))
+	for _, tt := range []struct {
+		name string
+		step func(step int) func(weights []int, members, current []string) []string
+	}{
+		{"balanced", func(int) func([]int, []string, []string) []string { return AssignBalanced }},
+		{"bounded", func(int) func([]int, []string, []string) []string { return Assign }},
+		{"in turn", func(step int) func([]int, []string, []string) []string {
+			return assigners[step/10%2].fn // ten steps each
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			moves := 0
+			for seed := range uint64(10) {
+				r := rand.New(rand.NewPCG(seed, 7))
+				weights := slices.Clone(start)
+				current := balanced
+				left := make([]map[string]bool, Buckets)
+				for b := range left {
+					left[b] = map[string]bool{}
 				}
-				moves++
-				if left[b][next[b]] {
-					t.Errorf("seed %d, step %d: bucket %d went back to %s", seed, step, b, next[b])
+				for step := range 300 {
+					b := r.IntN(Buckets)
+					if r.IntN(2) == 0 && weights[b] > 0 {
+						weights[b]--
+					} else {
+						weights[b]++
+					}
+					next := tt.step(step)(weights, members, current)
+					for b := range next {
+						if next[b] == current[b] {
+							continue
+						}
+						moves++
+						if left[b][next[b]] {
+							t.Errorf("seed %d, step %d: bucket %d went back to %s", seed, step, b, next[b])
+						}
+						left[b][current[b]] = true
+					}
+					current = next
 				}
-				left[b][current[b]] = true
 			}
-			current = next
-		}
-	}
-	t.Logf("10 runs of 300 pipelines created or deleted one at a time: %d buckets moved", moves)
-	if moves > 0 {
-		t.Errorf("%d buckets moved", moves)
+			t.Logf("10 runs of 300 pipelines created or deleted one at a time: %d buckets moved", moves)
+			if moves > 0 {
+				t.Errorf("%d buckets moved", moves)
+			}
+		})
 	}
 }

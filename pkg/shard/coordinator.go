@@ -109,6 +109,10 @@ type coordinator struct {
 	// replica has seen it so.
 	missing map[string]time.Time
 	weights [Buckets]int // last weight each bucket's owner published
+	// calmFrom holds the weights as they were when they last moved by a balancing gain or more,
+	// and calmSince when that was: the coordinator balances once they have been calm for Calm.
+	calmFrom  [Buckets]int
+	calmSince time.Time
 	// joined is when this replica first saw each incarnation hold its member Lease.
 	joined map[string]time.Time
 	// coldSince is when this coordinator found the ring cold (no bucket held by or meant for a
@@ -204,12 +208,30 @@ func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 		for b, l := range buckets {
 			target[b] = nextOwnerOf(l)
 		}
+	} else if c.calm(len(ms.live), time.Now(), r.t) {
+		target = AssignBalanced(c.weights[:], ms.live, owners)
 	} else {
 		target = Assign(c.weights[:], ms.live, owners)
 	}
 	for b, l := range buckets {
 		c.writeBucket(ctx, r, b, l, target[b], ms)
 	}
+}
+
+// calm says whether the weights have stayed within one balancing gain (summed over the buckets) of
+// where they were for Calm, with n live members. Balancing moves buckets by their weights, and
+// while pipelines are arriving the weights it reads are seconds old, each a different age: a
+// balance of those is undone by the next reports, and every move is a handover.
+func (c *coordinator) calm(n int, now time.Time, t Timings) bool {
+	drift, total := 0, 0
+	for b, w := range c.weights {
+		drift += max(w-c.calmFrom[b], c.calmFrom[b]-w)
+		total += 1 + max(w, 0)
+	}
+	if c.calmSince.IsZero() || drift >= BalanceGain(total, n) {
+		c.calmFrom, c.calmSince = c.weights, now
+	}
+	return now.Sub(c.calmSince) >= t.Calm
 }
 
 // settling says whether the coordinator waits for more members before it assigns the buckets,

@@ -48,6 +48,11 @@ type Timings struct {
 	// handing most of them on. It waits at most LeaseDuration + Margin from when it found the ring
 	// cold. Zero takes RenewInterval.
 	Settle time.Duration
+	// Calm is how long the bucket weights must stay within one balancing gain (BalanceGain) of
+	// where they were before the coordinator evens the loads out (AssignBalanced); while they
+	// move, it only keeps them within the bounds (Assign). Zero takes 5 × RenewInterval: every
+	// member has published its weights twice over by then.
+	Calm time.Duration
 }
 
 // DefaultTimings are the timings of a production installation.
@@ -71,6 +76,9 @@ func (t Timings) withDefaults() Timings {
 	}
 	if t.Settle <= 0 {
 		t.Settle = t.RenewInterval
+	}
+	if t.Calm <= 0 {
+		t.Calm = 5 * t.RenewInterval
 	}
 	return t
 }
