@@ -8,20 +8,27 @@ import (
 )
 
 // The load factor c of consistent hashing with bounded loads, as a fraction: no member takes more
-// than ceil(c × the average load), c = 5/4.
+// than ceil(c × the average load). AssignBalanced, for weights that have stopped moving, holds
+// c = 5/4 (and balances within it); Assign, for weights still moving, c = 3/2, so that weights
+// read at different ages move fewer buckets back and forth.
 const (
 	loadFactorNum = 5
 	loadFactorDen = 4
+
+	movingFactorNum = 3
+	movingFactorDen = 2
 )
 
-// Assign maps every bucket to one of members: consistent hashing with bounded loads, sticky.
+// Assign maps every bucket to one of members: consistent hashing with bounded loads, sticky. It
+// is for weights that are still moving: c = 3/2 (AssignBalanced holds 5/4).
 //
 // weights[b] is the number of pipelines in bucket b; a bucket costs 1 + its pipelines, so empty
 // buckets spread evenly too. current[b] is the bucket's owner now ("" for none); the result has
 // the same length as weights. It is a pure function: the same inputs give the same result, and
 // feeding a result back in moves nothing.
 //
-// The bounds, with n members, W the total cost and w the cost of the heaviest bucket:
+// The bounds, with n members, W the total cost, w the cost of the heaviest bucket and c the load
+// factor:
 //   - a member takes on a bucket only within its capacity ceil(c·W/n), or as its first bucket (a
 //     bucket too heavy for any capacity gets a member of its own: a namespace is never split);
 //   - no member carries more than limit = max(ceil(c·W/n), floor((W + (n-1)·w)/n)); the second
@@ -34,15 +41,17 @@ const (
 //     move brings the two closer, so a member joining gets a share, and the owner of a bucket
 //     that turned hot gives its other buckets away.
 //
+// A result of AssignBalanced is within Assign's looser bounds, so Assign keeps it as it is.
+//
 // A bucket that has to move goes to the first member of its own order (rendezvous hashing: the
 // members ranked by a hash of member and bucket) that has room, preferring members below the
 // floor; so where buckets go depends on the bucket, not on the order they are placed in.
 func Assign(weights []int, members []string, current []string) []string {
-	return assign(weights, members, current, false)
+	return assign(weights, members, current, moving)
 }
 
-// AssignBalanced is Assign followed by a balancing step, for weights that have stopped moving:
-// when the most and the least loaded member differ by more than the trigger, 4·gain with
+// AssignBalanced is Assign with c = 5/4 followed by a balancing step, for weights that have
+// stopped moving: when the most and the least loaded member differ by more than the trigger, 4·gain with
 // gain = BalanceGain (2.5% of the average load, so the trigger is 10%), the most loaded member
 // gives a bucket, or swaps one for a lighter one, to the least loaded member that can take it so
 // that the larger of their two loads falls by at least the gain, and again while it can. Of the
@@ -54,9 +63,10 @@ func Assign(weights []int, members []string, current []string) []string {
 //
 // Balancing chooses by load, so it is only worth its moves once the loads it balances are the
 // ones that stay: while pipelines are still arriving, the weights the coordinator reads are some
-// seconds old, and each a different age, and balancing them moves buckets back and forth.
+// seconds old, and each a different age, and balancing them moves buckets back and forth. The
+// same goes, less, for Assign's bounds: hence its looser c.
 func AssignBalanced(weights []int, members []string, current []string) []string {
-	return assign(weights, members, current, true)
+	return assign(weights, members, current, balanced)
 }
 
 // BalanceGain is the least a balancing move must lower the larger of its two loads by, for total
@@ -65,7 +75,16 @@ func BalanceGain(total, n int) int {
 	return max(balanceMinGain, ceilDiv(total, balanceGainDen*max(n, 1)))
 }
 
-func assign(weights []int, members []string, current []string, balance bool) []string {
+// assignMode is how assign bounds and balances.
+type assignMode int
+
+const (
+	moving   assignMode = iota // Assign: c = 3/2, no balancing
+	tight                      // c = 5/4, no balancing: the rule before balancing, for comparison
+	balanced                   // AssignBalanced: c = 5/4, then the balancing step
+)
+
+func assign(weights []int, members []string, current []string, mode assignMode) []string {
 	owners := make([]string, len(weights))
 	members = slices.Compact(slices.Sorted(slices.Values(members)))
 	members = slices.DeleteFunc(members, func(m string) bool { return m == "" })
@@ -80,16 +99,23 @@ func assign(weights []int, members []string, current []string, balance bool) []s
 		total += cost[b]
 		heaviest = max(heaviest, cost[b])
 	}
+	// The tight bounds (c = 5/4), and the mode's: Assign keeps and places within c = 3/2, and
+	// tops up only members below its lower floor, from donors that stay above the tight floor and
+	// with buckets within the tight capacity; so whatever AssignBalanced leaves, Assign keeps.
 	capacity := ceilDiv(loadFactorNum*total, loadFactorDen*n)
-	limit := max(capacity, (total+(n-1)*heaviest)/n)
 	floor := loadFactorDen * total / (loadFactorNum * n)
-
-	a := &assignment{owners: owners, cost: cost, load: map[string]int{}, capacity: capacity, limit: limit, members: members}
+	a := &assignment{owners: owners, cost: cost, load: map[string]int{}, members: members,
+		capacity: capacity, fillCapacity: capacity, floor: floor, donorFloor: floor}
+	if mode == moving {
+		a.capacity = ceilDiv(movingFactorNum*total, movingFactorDen*n)
+		a.floor = movingFactorDen * total / (movingFactorNum * n)
+	}
+	a.limit = max(a.capacity, (total+(n-1)*heaviest)/n)
 	a.keep(current)
-	a.place(floor)
+	a.place()
 	for {
-		a.fill(floor)
-		if !balance || !a.balance(current, total) {
+		a.fill()
+		if mode != balanced || !a.balance(current, total) {
 			return owners
 		}
 	}
@@ -102,9 +128,13 @@ type assignment struct {
 	owners   []string
 	cost     []int
 	load     map[string]int
-	capacity int      // ceil(c × average): what a member takes on
-	limit    int      // what a member may keep (capacity, or what a bucket too heavy forces)
-	members  []string // sorted
+	capacity int // ceil(c × average): what a member takes on
+	limit    int // what a member may keep (capacity, or what a bucket too heavy forces)
+	floor    int // floor(average / c): below it a member takes buckets from the most loaded
+	// fillCapacity and donorFloor bound the moves to members below floor: the receiver stays
+	// within fillCapacity, the giver at or above donorFloor (c = 5/4's, whatever c is).
+	fillCapacity, donorFloor int
+	members                  []string // sorted
 }
 
 // fits says whether member m takes on bucket b: within capacity, or as its first bucket (a
@@ -139,7 +169,7 @@ func (a *assignment) keep(current []string) {
 // bucket's order that fits it, a member below floor before any other; when none fits, to the
 // least loaded member. That one carries at most (W - w)/n before taking a bucket of cost w, and
 // the limit allows that plus w.
-func (a *assignment) place(floor int) {
+func (a *assignment) place() {
 	var orphans []int
 	for b, owner := range a.owners {
 		if owner == "" {
@@ -151,7 +181,7 @@ func (a *assignment) place(floor int) {
 		order := a.order(b)
 		chosen := ""
 		for _, m := range order {
-			if a.load[m] < floor && a.fits(m, b) {
+			if a.load[m] < a.floor && a.fits(m, b) {
 				chosen = m
 				break
 			}
@@ -175,20 +205,20 @@ func (a *assignment) place(floor int) {
 }
 
 // fill moves buckets to members below floor, from the most loaded members, while a move brings the
-// two closer (the receiver ends below where the donor started) and leaves the donor at or above
-// floor. Each move lowers the sum of the
+// two closer (the receiver ends below where the donor started), keeps the receiver within
+// fillCapacity and leaves the donor at or above donorFloor. Each move lowers the sum of the
 // squared loads, so it ends; it ends where no member below floor can take a bucket that way, which
 // is also where it starts when fed its own result.
-func (a *assignment) fill(floor int) {
+func (a *assignment) fill() {
 	for {
 		receivers := slices.Clone(a.members)
 		slices.SortStableFunc(receivers, func(x, y string) int { return cmp.Compare(a.load[x], a.load[y]) })
 		moved := false
 		for _, r := range receivers {
-			if a.load[r] >= floor {
+			if a.load[r] >= a.floor {
 				break
 			}
-			if b, ok := a.bestMove(r, floor); ok {
+			if b, ok := a.bestMove(r); ok {
 				a.load[a.owners[b]] -= a.cost[b]
 				a.owners[b] = r
 				a.load[r] += a.cost[b]
@@ -203,8 +233,9 @@ func (a *assignment) fill(floor int) {
 }
 
 // bestMove returns the bucket r should take: from the most loaded member that can give one without
-// falling below floor itself, the bucket that ranks r highest among those that fit.
-func (a *assignment) bestMove(r string, floor int) (int, bool) {
+// falling below donorFloor itself, the bucket that ranks r highest among those that fit r within
+// fillCapacity (or are its first).
+func (a *assignment) bestMove(r string) (int, bool) {
 	donors := slices.Clone(a.members)
 	slices.SortStableFunc(donors, func(x, y string) int { return cmp.Compare(a.load[y], a.load[x]) })
 	for _, d := range donors {
@@ -216,7 +247,8 @@ func (a *assignment) bestMove(r string, floor int) (int, bool) {
 			if owner != d {
 				continue
 			}
-			if c := a.cost[b]; a.load[r]+c >= a.load[d] || !a.fits(r, b) || a.load[d]-c < floor {
+			fits := a.load[r]+a.cost[b] <= a.fillCapacity || a.load[r] == 0
+			if c := a.cost[b]; a.load[r]+c >= a.load[d] || !fits || a.load[d]-c < a.donorFloor {
 				continue
 			}
 			if !found || score(r, b) > score(r, best) {

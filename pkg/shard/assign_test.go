@@ -57,13 +57,18 @@ func randomWorld(r *rand.Rand, kind int) assignWorld {
 
 // bounds returns the loads Assign promises for an input.
 func bounds(weights []int, n int) (limit, capBound, floor, heaviest, total int) {
+	return boundsAt(weights, n, 5, 4)
+}
+
+// boundsAt is bounds with the load factor num/den.
+func boundsAt(weights []int, n, num, den int) (limit, capBound, floor, heaviest, total int) {
 	for _, w := range weights {
 		total += 1 + w
 		heaviest = max(heaviest, 1+w)
 	}
-	capBound = ceilDiv(5*total, 4*n)
+	capBound = ceilDiv(num*total, den*n)
 	limit = max(capBound, (total+(n-1)*heaviest)/n)
-	floor = 4 * total / (5 * n)
+	floor = den * total / (num * n)
 	return limit, capBound, floor, heaviest, total
 }
 
@@ -100,14 +105,20 @@ func loads(weights []int, owners []string) map[string]int {
 	return l
 }
 
-// assigner is Assign or AssignBalanced.
+// assigner is Assign or AssignBalanced, with its load factor num/den.
 type assigner struct {
 	name     string
 	fn       func(weights []int, members, current []string) []string
 	balanced bool
+	num, den int
 }
 
-var assigners = []assigner{{"bounded", Assign, false}, {"balanced", AssignBalanced, true}}
+var assigners = []assigner{{"bounded", Assign, false, 3, 2}, {"balanced", AssignBalanced, true, 5, 4}}
+
+// bounds returns the assigner's bounds for weights over n members.
+func (a assigner) bounds(weights []int, n int) (limit, capBound, floor, heaviest, total int) {
+	return boundsAt(weights, n, a.num, a.den)
+}
 
 // checkAssignment checks what Assign (and AssignBalanced, with balanced) promises for one input
 // and its result.
@@ -122,15 +133,15 @@ func checkAssignment(t *testing.T, a assigner, w assignWorld, got []string) {
 		}
 	}
 	n := len(w.members)
-	limit, capBound, _, heaviest, total := bounds(w.weights, n)
+	limit, capBound, _, heaviest, total := a.bounds(w.weights, n)
 	for m, l := range loads(w.weights, got) {
 		if l > limit {
 			t.Errorf("member %s carries %d, above the limit %d", m, l, limit)
 		}
-		// Where no bucket is too heavy to fit, the limit is ceil(c × average).
-		if n == 1 || 4*heaviest*(n-1) <= total {
+		// Where no bucket is too heavy to fit (w ≤ (c-1)·W/(n-1)), the limit is ceil(c × average).
+		if n == 1 || heaviest*(n-1)*a.den <= total*(a.num-a.den) {
 			if l > capBound {
-				t.Errorf("member %s carries %d, above ceil(1.25 × %d / %d) = %d", m, l, total, n, capBound)
+				t.Errorf("member %s carries %d, above ceil(%d/%d × %d / %d) = %d", m, l, a.num, a.den, total, n, capBound)
 			}
 		}
 	}
@@ -168,9 +179,10 @@ func checkAssignment(t *testing.T, a assigner, w assignWorld, got []string) {
 // with light ones), or (balanced only) because the loads needed balancing: they spread by more
 // than the trigger before, or an owner left and placing its buckets may have spread them. With
 // equal weights, only the leaver's buckets move, and only to a newcomer.
-func checkMoves(t *testing.T, balanced bool, weights []int, members []string, before, after []string) (moves int) {
+func checkMoves(t *testing.T, a assigner, weights []int, members []string, before, after []string) (moves int) {
 	t.Helper()
-	limit, _, floor, _, _ := bounds(weights, len(members))
+	balanced := a.balanced
+	limit, _, floor, _, _ := a.bounds(weights, len(members))
 	_, trigger := balanceBounds(weights, len(members))
 	had := loads(weights, before)
 	_, _, diff := spread(members, had)
@@ -223,7 +235,7 @@ func assignProperties(t *testing.T, a assigner, kind int) {
 			left := slices.DeleteFunc(slices.Clone(w.members), func(m string) bool { return m == gone })
 			after := a.fn(w.weights, left, got)
 			checkAssignment(t, a, assignWorld{weights: w.weights, members: left, current: got}, after)
-			leaveMoves += checkMoves(t, a.balanced, w.weights, left, got, after)
+			leaveMoves += checkMoves(t, a, w.weights, left, got, after)
 			for b := range after {
 				if strict && after[b] != got[b] && got[b] != gone {
 					t.Errorf("seed %d: %s left, bucket %d moved from %s to %s", seed, gone, b, got[b], after[b])
@@ -239,12 +251,12 @@ func assignProperties(t *testing.T, a assigner, kind int) {
 		}
 		after := a.fn(drifted, w.members, got)
 		checkAssignment(t, a, assignWorld{weights: drifted, members: w.members, current: got}, after)
-		driftMoves += checkMoves(t, a.balanced, drifted, w.members, got, after)
+		driftMoves += checkMoves(t, a, drifted, w.members, got, after)
 
 		joined := append(slices.Clone(w.members), fmt.Sprintf("new_%x", r.Uint32()))
 		after = a.fn(w.weights, joined, got)
 		checkAssignment(t, a, assignWorld{weights: w.weights, members: joined, current: got}, after)
-		joinMoves += checkMoves(t, a.balanced, w.weights, joined, got, after)
+		joinMoves += checkMoves(t, a, w.weights, joined, got, after)
 		if strict {
 			for b := range after {
 				if after[b] != got[b] && after[b] != joined[len(joined)-1] {
@@ -277,34 +289,37 @@ func TestAssign(t *testing.T) {
 		weights []int
 		members []string
 		current []string
-		check   func(t *testing.T, got []string)
+		check   func(t *testing.T, a assigner, got []string)
 	}{
-		{"no member: no owner", make([]int, Buckets), nil, owned("a"), func(t *testing.T, got []string) {
+		{"no member: no owner", make([]int, Buckets), nil, owned("a"), func(t *testing.T, a assigner, got []string) {
 			if !slices.Equal(got, make([]string, Buckets)) {
 				t.Errorf("owners %v", got)
 			}
 		}},
-		{"one member takes everything", make([]int, Buckets), []string{"a"}, make([]string, Buckets), func(t *testing.T, got []string) {
+		{"one member takes everything", make([]int, Buckets), []string{"a"}, make([]string, Buckets), func(t *testing.T, a assigner, got []string) {
 			if !slices.Equal(got, owned("a")) {
 				t.Errorf("owners %v", got)
 			}
 		}},
-		{"a balanced assignment is kept", make([]int, Buckets), []string{"a", "b"}, owned("a", "b"), func(t *testing.T, got []string) {
+		{"a balanced assignment is kept", make([]int, Buckets), []string{"a", "b"}, owned("a", "b"), func(t *testing.T, a assigner, got []string) {
 			if !slices.Equal(got, owned("a", "b")) {
 				t.Errorf("moved: %s", cmp.Diff(owned("a", "b"), got))
 			}
 		}},
-		{"a member leaving hands over only its buckets", make([]int, Buckets), []string{"a", "b"}, owned("a", "b", "c"), func(t *testing.T, got []string) {
+		{"a member leaving hands over only its buckets", make([]int, Buckets), []string{"a", "b"}, owned("a", "b", "c"), func(t *testing.T, a assigner, got []string) {
 			for b, was := range owned("a", "b", "c") {
 				if was != "c" && got[b] != was {
 					t.Errorf("bucket %d moved from %s to %s", b, was, got[b])
 				}
 			}
 		}},
-		{"a member joining takes a share from the others only", make([]int, Buckets), []string{"a", "b", "c"}, owned("a", "b"), func(t *testing.T, got []string) {
+		{"a member joining takes a share from the others only", make([]int, Buckets), []string{"a", "b", "c"}, owned("a", "b"), func(t *testing.T, a assigner, got []string) {
+			// The newcomer reaches the floor, floor(64/(3c)); the others stay within ceil(c·64/3):
+			// 17 and 27 with c = 5/4, 14 and 32 with c = 3/2.
+			_, capacity, floor, _, _ := a.bounds(make([]int, Buckets), 3)
 			l := loads(make([]int, Buckets), got)
-			if l["c"] < 17 || l["a"] > 27 || l["b"] > 27 { // floor 4·64/15, capacity ceil(1.25·64/3)
-				t.Errorf("loads %v", l)
+			if l["c"] < floor || l["a"] > capacity || l["b"] > capacity {
+				t.Errorf("loads %v (floor %d, capacity %d)", l, floor, capacity)
 			}
 			for b, was := range owned("a", "b") {
 				if got[b] != was && got[b] != "c" {
@@ -312,14 +327,14 @@ func TestAssign(t *testing.T) {
 				}
 			}
 		}},
-		{"a hot bucket gets a member of its own", hot(5, 1000), []string{"a", "b", "c"}, make([]string, Buckets), func(t *testing.T, got []string) {
+		{"a hot bucket gets a member of its own", hot(5, 1000), []string{"a", "b", "c"}, make([]string, Buckets), func(t *testing.T, a assigner, got []string) {
 			for b, o := range got {
 				if b != 5 && o == got[5] {
 					t.Errorf("bucket %d shares %s with the hot bucket", b, o)
 				}
 			}
 		}},
-		{"a bucket turning hot sends its owner's other buckets away", hot(0, 1000), []string{"a", "b", "c"}, owned("a", "b", "c"), func(t *testing.T, got []string) {
+		{"a bucket turning hot sends its owner's other buckets away", hot(0, 1000), []string{"a", "b", "c"}, owned("a", "b", "c"), func(t *testing.T, a assigner, got []string) {
 			if got[0] != "a" {
 				t.Errorf("the hot bucket moved to %s", got[0])
 			}
@@ -337,7 +352,7 @@ func TestAssign(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(a.name+"/"+tt.name, func(t *testing.T) {
 				got := a.fn(tt.weights, tt.members, tt.current)
-				tt.check(t, got)
+				tt.check(t, a, got)
 				if len(tt.members) > 0 {
 					checkAssignment(t, a, assignWorld{weights: tt.weights, members: tt.members, current: tt.current}, got)
 				}

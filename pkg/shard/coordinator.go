@@ -219,19 +219,21 @@ func (c *coordinator) reconcile(ctx context.Context, r *Replica) {
 }
 
 // calm says whether the weights have stayed within one balancing gain (summed over the buckets) of
-// where they were for Calm, with n live members. Balancing moves buckets by their weights, and
-// while pipelines are arriving the weights it reads are seconds old, each a different age: a
-// balance of those is undone by the next reports, and every move is a handover.
+// where they were for Calm, with n live members, or are all zero (a cold ring, or none published
+// yet: nothing to wait for). Balancing moves buckets by their weights, and while pipelines are
+// arriving the weights it reads are seconds old, each a different age: a balance of those is
+// undone by the next reports, and every move is a handover.
 func (c *coordinator) calm(n int, now time.Time, t Timings) bool {
-	drift, total := 0, 0
+	drift, total, zero := 0, 0, true
 	for b, w := range c.weights {
 		drift += max(w-c.calmFrom[b], c.calmFrom[b]-w)
 		total += 1 + max(w, 0)
+		zero = zero && w == 0
 	}
 	if c.calmSince.IsZero() || drift >= BalanceGain(total, n) {
 		c.calmFrom, c.calmSince = c.weights, now
 	}
-	return now.Sub(c.calmSince) >= t.Calm
+	return zero || now.Sub(c.calmSince) >= t.Calm
 }
 
 // settling says whether the coordinator waits for more members before it assigns the buckets,
