@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -10,20 +11,26 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/conveyor-dev/conveyor/pkg/shard"
+	"github.com/conveyor-dev/conveyor/test/testenv"
 )
 
-// fakeNSCache records the namespaces added and removed; AddNamespace blocks while block is set.
+// fakeNSCache records the namespaces added and removed; AddNamespace blocks while block is set,
+// and first tells blocked (when set) which namespace it waits with.
 type fakeNSCache struct {
-	mu    sync.Mutex
-	nss   map[string]bool
-	block chan struct{}
+	mu      sync.Mutex
+	nss     map[string]bool
+	block   chan struct{}
+	blocked chan string
 }
 
 func (c *fakeNSCache) AddNamespace(ctx context.Context, ns string) error {
 	c.mu.Lock()
-	block := c.block
+	block, blocked := c.block, c.blocked
 	c.mu.Unlock()
 	if block != nil {
+		if blocked != nil {
+			blocked <- ns
+		}
 		select {
 		case <-block:
 		case <-ctx.Done():
@@ -53,17 +60,19 @@ func (c *fakeNSCache) Namespaces() []string {
 	return out
 }
 
-// fakeAlloc is an allocator's namespace bookkeeping: admitted, dropped, held, open writes.
+// fakeAlloc is an allocator's namespace bookkeeping: admitted, dropped, held, open writes, and how
+// often each namespace was asked whether its writes have settled.
 type fakeAlloc struct {
 	mu        sync.Mutex
 	admitted  map[string]bool
 	held      map[string]bool
 	open      map[string]int
 	pipelines map[string]int
+	asked     map[string]int
 }
 
 func newFakeAlloc() *fakeAlloc {
-	return &fakeAlloc{admitted: map[string]bool{}, held: map[string]bool{}, open: map[string]int{}, pipelines: map[string]int{}}
+	return &fakeAlloc{admitted: map[string]bool{}, held: map[string]bool{}, open: map[string]int{}, pipelines: map[string]int{}, asked: map[string]int{}}
 }
 
 func (a *fakeAlloc) AdmitNamespace(ns string) {
@@ -87,6 +96,7 @@ func (a *fakeAlloc) HoldPlacements(ns string) {
 func (a *fakeAlloc) Settled(ns string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.asked[ns]++
 	return a.open[ns] == 0
 }
 
@@ -147,25 +157,38 @@ func TestSharderHooks(t *testing.T) {
 		t.Errorf("Weight(5) = %d, want 7", w)
 	}
 
-	// A namespace created in the owned bucket is loaded.
+	// A namespace created in the owned bucket is loaded. The load runs on a goroutine of its own
+	// and is done once the namespace counts as loaded (after the cache has it): a Drop before
+	// then would leave the load to undo itself, after the Drop's checks below.
 	late := namespacesInBucket(5, 3)[2]
 	s.namespaceUsed(late)
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(c.Namespaces(), late) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if !slices.Contains(c.Namespaces(), late) {
-		t.Fatalf("namespace %s created in an owned bucket was not loaded", late)
-	}
+	testenv.Eventually(t, "namespace "+late+" created in an owned bucket loaded", func() error {
+		s.mu.Lock()
+		loaded := s.loaded[late]
+		s.mu.Unlock()
+		if !loaded || !slices.Contains(c.Namespaces(), late) {
+			return fmt.Errorf("loaded %v, cached %v", loaded, c.Namespaces())
+		}
+		return nil
+	}, testenv.Every(time.Millisecond))
 	mine = append(mine, late)
 
-	// Drain holds placement at once and returns only when every open write has settled.
+	// Drain holds placement at once and returns only when every open write has settled: once it
+	// has found the open write twice (two polls, each after every namespace was held), it must
+	// still be waiting.
 	a.mu.Lock()
 	a.open[mine[1]] = 1
 	a.mu.Unlock()
 	drained := make(chan error, 1)
 	go func() { drained <- s.Drain(context.Background(), 5) }()
-	time.Sleep(3 * drainPoll)
+	testenv.Eventually(t, "Drain polls twice", func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.asked[mine[1]] < 2 {
+			return fmt.Errorf("asked %d times", a.asked[mine[1]])
+		}
+		return nil
+	}, testenv.Every(time.Millisecond))
 	select {
 	case err := <-drained:
 		t.Fatalf("Drain returned %v with a write still open", err)
@@ -196,13 +219,15 @@ func TestSharderHooks(t *testing.T) {
 		}
 	}
 
-	// A load still running when its bucket is dropped undoes itself.
+	// A load still running when its bucket is dropped undoes itself: the Drop comes once the
+	// load waits in the cache (a Drop before the Acquire began would be no such case).
+	blocked := make(chan string, len(mine))
 	c.mu.Lock()
-	c.block = make(chan struct{})
+	c.block, c.blocked = make(chan struct{}), blocked
 	c.mu.Unlock()
 	acquired := make(chan error, 1)
 	go func() { acquired <- s.Acquire(context.Background(), shard.Grant{Bucket: 5, Epoch: 2}) }()
-	time.Sleep(20 * time.Millisecond)
+	<-blocked
 	s.Drop(5)
 	c.mu.Lock()
 	close(c.block)
