@@ -277,20 +277,42 @@ func TestIntegrationServiceFailure(t *testing.T) {
 	})
 
 	// The write rate settles: retries back off, and the same problem is one Event, not one per retry.
-	time.Sleep(3 * time.Second)
-	events := &eventsv1.EventList{}
-	if err := envK8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	perBinding := map[string]int{}
-	for _, e := range events.Items {
-		if e.Reason == schedulingv1alpha1.ReasonServiceFailed {
-			n := int32(1)
-			if e.Series != nil {
-				n = e.Series.Count
-			}
-			perBinding[e.Regarding.Name] += int(n)
+	// The recorder writes its Events from a queue of its own, shared by every controller of the
+	// suite, some time after the reconcile that recorded them: wait for each binding's first, then
+	// give the retries time to record more, and count.
+	serviceFailed := func() (map[string]int, error) {
+		events := &eventsv1.EventList{}
+		if err := envK8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return nil, err
 		}
+		perBinding := map[string]int{}
+		for _, e := range events.Items {
+			if e.Reason == schedulingv1alpha1.ReasonServiceFailed {
+				n := int32(1)
+				if e.Series != nil {
+					n = e.Series.Count
+				}
+				perBinding[e.Regarding.Name] += int(n)
+			}
+		}
+		return perBinding, nil
+	}
+	eventually(t, "a ServiceFailed Event of every binding written", func() error {
+		perBinding, err := serviceFailed()
+		if err != nil {
+			return err
+		}
+		for _, stage := range []string{"first", "second", "third"} {
+			if perBinding["p-"+stage] == 0 {
+				return fmt.Errorf("no ServiceFailed Event of p-%s yet: %v", stage, perBinding)
+			}
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	perBinding, err := serviceFailed()
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, stage := range []string{"first", "second", "third"} {
 		if perBinding["p-"+stage] != 1 {
