@@ -1,14 +1,14 @@
 package shard
 
 import (
-	stdcmp "cmp"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // assignWorld is one random input of Assign.
@@ -379,38 +379,9 @@ func nsWeights(prefix string, counts []int) []int {
 	return w
 }
 
-// zipfSplit deals n pipelines over k namespaces as the scale-out benchmark does: rank r gets a share
-// proportional to 1/(r+1)^s (largest remainder, ties to the lower rank), the ranks dealt to the
-// namespaces in an order drawn from seed.
-func zipfSplit(n, k int, s float64, seed uint64) []int {
-	ideal := make([]float64, k)
-	var sum float64
-	for r := range ideal {
-		ideal[r] = math.Pow(float64(r+1), -s)
-		sum += ideal[r]
-	}
-	byRank := make([]int, k)
-	left := n
-	for r := range ideal {
-		ideal[r] *= float64(n) / sum
-		byRank[r] = int(ideal[r])
-		left -= byRank[r]
-	}
-	ranks := make([]int, k)
-	for r := range ranks {
-		ranks[r] = r
-	}
-	slices.SortStableFunc(ranks, func(x, y int) int {
-		return stdcmp.Compare(ideal[y]-float64(byRank[y]), ideal[x]-float64(byRank[x]))
-	})
-	for _, r := range ranks[:left] {
-		byRank[r]++
-	}
-	out := make([]int, k)
-	for r, ns := range rand.New(rand.NewPCG(seed, 0x5ca1e007)).Perm(k) {
-		out[ns] = byRank[r]
-	}
-	return out
+// uniformCounts is the benchmark's uniform layout: 50 pipelines in each of 200 namespaces.
+func uniformCounts() []int {
+	return fixtures.NamespaceCounts(10000, 200, 0, 1)
 }
 
 func memberLoads(weights []int, owners, members []string) []int {
@@ -440,11 +411,7 @@ func movedBuckets(before, after []string) int {
 // loads spread by no more than the balancing trigger: the static baseline's hand split carries
 // 1,000 each. Assign alone leaves them further apart (the reason to balance).
 func TestAssignBalancesTheBenchmark(t *testing.T) {
-	counts := make([]int, 200)
-	for i := range counts {
-		counts[i] = 50
-	}
-	weights := nsWeights("bench", counts)
+	weights := nsWeights("bench", uniformCounts())
 	members := benchMembers()
 	cold := Assign(make([]int, Buckets), members, nil)
 	_, _, _, heaviest, total := bounds(weights, len(members))
@@ -486,7 +453,7 @@ func TestAssignBalancesTheBenchmark(t *testing.T) {
 func TestAssignZipf(t *testing.T) {
 	members := benchMembers()
 	for seed := range uint64(5) {
-		weights := nsWeights("bench", zipfSplit(10000, 200, 1.1, seed))
+		weights := nsWeights("bench", fixtures.NamespaceCounts(10000, 200, 1.1, seed))
 		hottest := 0
 		for b := range weights {
 			if weights[b] > weights[hottest] {
@@ -517,11 +484,7 @@ func TestAssignZipf(t *testing.T) {
 // few hundred single changes leave the loads well within the trigger and the bounds), and none
 // ever goes back to an owner it left.
 func TestAssignChurn(t *testing.T) {
-	counts := make([]int, 200)
-	for i := range counts {
-		counts[i] = 50
-	}
-	start := nsWeights("bench", counts)
+	start := nsWeights("bench", uniformCounts())
 	members := benchMembers()
 	balanced := AssignBalanced(start, members, Assign(make([]int, Buckets), members, nil))
 	for _, tt := range []struct {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 // ramp replays the scale-out benchmark's arrival on the coordinator: the pipelines of counts
@@ -73,17 +75,14 @@ func ramp(counts []int, seed uint64, members []string, rule assignMode) (during,
 // the pipelines arrive than the tight bounds on every pass (the rule before balancing, which
 // left the uniform loads up to 1.25 × the average).
 func TestRampSettles(t *testing.T) {
-	uniform := make([]int, 200)
-	for i := range uniform {
-		uniform[i] = 50
-	}
+	uniform := uniformCounts()
 	members := benchMembers()
 	for _, tc := range []struct {
 		name   string
 		counts func(seed uint64) []int
 	}{
 		{"uniform", func(uint64) []int { return uniform }},
-		{"zipf 1.1", func(seed uint64) []int { return zipfSplit(10000, 200, 1.1, seed) }},
+		{"zipf 1.1", func(seed uint64) []int { return fixtures.NamespaceCounts(10000, 200, 1.1, seed) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var moves, arriving, always, before int

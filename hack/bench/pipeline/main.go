@@ -120,6 +120,7 @@ import (
 
 	schedulingv1alpha1 "github.com/conveyor-dev/conveyor/apis/scheduling/v1alpha1"
 	"github.com/conveyor-dev/conveyor/test/cluster"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
 
 type config struct {
@@ -357,7 +358,7 @@ func checkScaleOut(cfg *config) error {
 	}
 	for _, n := range cfg.sizes {
 		need := 0
-		for _, k := range namespaceCounts(n, cfg.namespaces, cfg.zipf, cfg.seed) {
+		for _, k := range fixtures.NamespaceCounts(n, cfg.namespaces, cfg.zipf, cfg.seed) {
 			if k > 0 {
 				need += 3 * cfg.workers(k)
 			}

@@ -296,7 +296,7 @@ func stopReplicas(reps []*replica) {
 // runScale measures one contender at R replicas on a fresh cluster.
 func runScale(ctx context.Context, cfg *config, root string, n int, mode schedulingv1alpha1.BindingServiceType, contender string, replicas int) (*scaleResult, error) {
 	res := &scaleResult{contender: contender, replicas: replicas, n: n, namespaces: cfg.namespaces, zipf: cfg.zipf, seed: cfg.seed, mode: mode, uptimeStart: uptime()}
-	counts := namespaceCounts(n, cfg.namespaces, cfg.zipf, cfg.seed)
+	counts := fixtures.NamespaceCounts(n, cfg.namespaces, cfg.zipf, cfg.seed)
 	res.hottest = slices.Max(counts)
 	nss := make([]string, cfg.namespaces)
 	for i := range nss {

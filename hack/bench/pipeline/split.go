@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,63 +11,6 @@ import (
 
 // The scale-out benchmark's pure parts: how the Pipelines spread over the namespaces, how the
 // static baseline splits the namespaces over its replicas, and the CPU cgroup of a replica.
-
-// zipfCounts spreads n Pipelines over k namespaces by rank: rank r (0-based) gets a share
-// proportional to 1/(r+1)^s, rounded by largest remainder (ties to the lower rank) so that the
-// counts sum to n and never increase with the rank. s = 0 is the uniform split: the first n mod k
-// ranks get one more than the others.
-func zipfCounts(n, k int, s float64) []int {
-	if k <= 0 {
-		return nil
-	}
-	weights := make([]float64, k)
-	var total float64
-	for r := range weights {
-		weights[r] = math.Pow(float64(r+1), -s)
-		total += weights[r]
-	}
-	counts := make([]int, k)
-	rem := make([]float64, k)
-	left := n
-	for r, w := range weights {
-		ideal := float64(n) * w / total
-		counts[r] = int(math.Floor(ideal))
-		rem[r] = ideal - float64(counts[r])
-		left -= counts[r]
-	}
-	order := make([]int, k)
-	for r := range order {
-		order[r] = r
-	}
-	// Largest remainder first; a tie goes to the lower rank, which keeps the counts ordered.
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case rem[a] > rem[b]+1e-12:
-			return -1
-		case rem[b] > rem[a]+1e-12:
-			return 1
-		}
-		return a - b
-	})
-	for i := 0; left > 0; i = (i + 1) % k {
-		counts[order[i]]++
-		left--
-	}
-	return counts
-}
-
-// namespaceCounts is the number of Pipelines of each namespace, in namespace order: zipfCounts by
-// rank, the ranks dealt to the namespaces in an order drawn from seed, so which namespace is hot
-// (and so which bucket it hashes to) depends on the seed alone.
-func namespaceCounts(n, k int, s float64, seed uint64) []int {
-	byRank := zipfCounts(n, k, s)
-	perm := rand.New(rand.NewPCG(seed, 0x5ca1e007)).Perm(k)
-	out := make([]int, k)
-	for r, ns := range perm {
-		out[ns] = byRank[r]
-	}
-	return out
-}
 
 // staticSplit is the static baseline's best split of the namespaces over replicas: the greedy
 // longest-first rule, each namespace in decreasing order of its Pipelines going to the replica

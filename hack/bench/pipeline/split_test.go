@@ -9,83 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/conveyor-dev/conveyor/pkg/shard"
+	"github.com/conveyor-dev/conveyor/test/fixtures"
 )
-
-func sum(xs []int) int {
-	t := 0
-	for _, x := range xs {
-		t += x
-	}
-	return t
-}
-
-func TestZipfCounts(t *testing.T) {
-	tests := []struct {
-		name string
-		n, k int
-		s    float64
-		want []int // nil: only the properties are checked
-	}{
-		{name: "uniform, even", n: 1000, k: 200, s: 0},
-		{name: "uniform, remainder to the first ranks", n: 7, k: 3, s: 0, want: []int{3, 2, 2}},
-		{name: "uniform, fewer pipelines than namespaces", n: 2, k: 5, s: 0, want: []int{1, 1, 0, 0, 0}},
-		{name: "zipf 1, exact", n: 11, k: 3, s: 1, want: []int{6, 3, 2}},
-		{name: "zipf 1.1", n: 1000, k: 200, s: 1.1},
-		{name: "zipf 1.1, 10,000", n: 10000, k: 200, s: 1.1},
-		{name: "zipf 2", n: 500, k: 50, s: 2},
-		{name: "one namespace", n: 42, k: 1, s: 1.1, want: []int{42}},
-		{name: "no pipelines", n: 0, k: 4, s: 1.1, want: []int{0, 0, 0, 0}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := zipfCounts(tt.n, tt.k, tt.s)
-			if len(got) != tt.k || sum(got) != tt.n {
-				t.Fatalf("zipfCounts(%d, %d, %v) = %v: %d namespaces summing to %d, want %d summing to %d", tt.n, tt.k, tt.s, got, len(got), sum(got), tt.k, tt.n)
-			}
-			for r := 1; r < len(got); r++ {
-				if got[r] > got[r-1] {
-					t.Errorf("rank %d has %d, more than rank %d's %d: %v", r, got[r], r-1, got[r-1], got)
-				}
-			}
-			if tt.s == 0 && slices.Max(got)-slices.Min(got) > 1 {
-				t.Errorf("uniform split %v differs by more than one", got)
-			}
-			if tt.want != nil && !slices.Equal(got, tt.want) {
-				t.Errorf("zipfCounts(%d, %d, %v) = %v, want %v", tt.n, tt.k, tt.s, got, tt.want)
-			}
-		})
-	}
-}
-
-// A larger exponent gives the hottest namespace a larger share.
-func TestZipfCountsSkewGrowsWithTheExponent(t *testing.T) {
-	prev := -1
-	for _, s := range []float64{0, 0.5, 1, 1.1, 1.5, 2} {
-		top := zipfCounts(1000, 200, s)[0]
-		if top <= prev {
-			t.Errorf("exponent %v: the top namespace has %d, not more than %d with a smaller exponent", s, top, prev)
-		}
-		prev = top
-	}
-}
-
-func TestNamespaceCounts(t *testing.T) {
-	a, b := namespaceCounts(1000, 200, 1.1, 7), namespaceCounts(1000, 200, 1.1, 7)
-	if !slices.Equal(a, b) {
-		t.Fatal("the same seed gave two different splits")
-	}
-	sorted := slices.Sorted(slices.Values(a))
-	slices.Reverse(sorted)
-	if !slices.Equal(sorted, zipfCounts(1000, 200, 1.1)) {
-		t.Errorf("the split is not a permutation of the ranks' counts")
-	}
-	if c := namespaceCounts(1000, 200, 1.1, 8); slices.Equal(a, c) {
-		t.Errorf("seeds 7 and 8 gave the same split")
-	}
-	if hot := slices.Index(a, slices.Max(a)); hot == 0 && slices.Index(namespaceCounts(1000, 200, 1.1, 8), slices.Max(a)) == 0 {
-		t.Errorf("the hottest namespace is the first for two seeds: the ranks are not dealt by the seed")
-	}
-}
 
 func TestStaticSplit(t *testing.T) {
 	tests := []struct {
@@ -98,9 +23,9 @@ func TestStaticSplit(t *testing.T) {
 		{name: "one replica takes all", counts: []int{3, 1, 2}, replicas: 1, want: [][]int{{0, 1, 2}}},
 		{name: "largest first to the lightest", counts: []int{5, 4, 3, 3, 3}, replicas: 2, want: [][]int{{0, 3}, {1, 2, 4}}},
 		{name: "ties go to fewer namespaces", counts: []int{2, 0, 0, 2}, replicas: 2, want: [][]int{{0, 1}, {2, 3}}},
-		{name: "uniform 200 over 10", counts: namespaceCounts(1000, 200, 0, 1), replicas: 10},
-		{name: "zipf 200 over 10", counts: namespaceCounts(1000, 200, 1.1, 1), replicas: 10},
-		{name: "zipf 200 over 7", counts: namespaceCounts(10000, 200, 1.1, 3), replicas: 7},
+		{name: "uniform 200 over 10", counts: fixtures.NamespaceCounts(1000, 200, 0, 1), replicas: 10},
+		{name: "zipf 200 over 10", counts: fixtures.NamespaceCounts(1000, 200, 1.1, 1), replicas: 10},
+		{name: "zipf 200 over 7", counts: fixtures.NamespaceCounts(10000, 200, 1.1, 3), replicas: 7},
 		{name: "more replicas than namespaces", counts: []int{1, 2}, replicas: 3, err: "every replica needs a namespace"},
 		{name: "no replica", counts: []int{1}, replicas: 0, err: "every replica needs a namespace"},
 	}
