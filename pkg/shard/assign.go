@@ -52,7 +52,7 @@ func Assign(weights []int, members []string, current []string) []string {
 
 // AssignBalanced is Assign with c = 5/4 followed by a balancing step, for weights that have
 // stopped moving: when the most and the least loaded member differ by more than the trigger, 4·gain with
-// gain = BalanceGain (2.5% of the average load, so the trigger is 10%), the most loaded member
+// gain = balanceGain (2.5% of the average load, so the trigger is 10%), the most loaded member
 // gives a bucket, or swaps one for a lighter one, to the least loaded member that can take it so
 // that the larger of their two loads falls by at least the gain, and again while it can. Of the
 // moves that qualify it takes the one that moves the fewest buckets from their current owner, so
@@ -69,9 +69,9 @@ func AssignBalanced(weights []int, members []string, current []string) []string 
 	return assign(weights, members, current, balanced)
 }
 
-// BalanceGain is the least a balancing move must lower the larger of its two loads by, for total
+// balanceGain is the least a balancing move must lower the larger of its two loads by, for total
 // cost W over n members: max(16, ceil(W/(40·n))), 2.5% of the average load.
-func BalanceGain(total, n int) int {
+func balanceGain(total, n int) int {
 	return max(balanceMinGain, ceilDiv(total, balanceGainDen*max(n, 1)))
 }
 
@@ -139,8 +139,11 @@ type assignment struct {
 
 // fits says whether member m takes on bucket b: within capacity, or as its first bucket (a
 // bucket heavier than the capacity gets a member of its own where one is free).
-func (a *assignment) fits(m string, b int) bool {
-	return a.load[m]+a.cost[b] <= a.capacity || a.load[m] == 0
+func (a *assignment) fits(m string, b int) bool { return a.fitsWithin(m, b, a.capacity) }
+
+// fitsWithin is fits with another capacity.
+func (a *assignment) fitsWithin(m string, b, capacity int) bool {
+	return a.load[m]+a.cost[b] <= capacity || a.load[m] == 0
 }
 
 // keep leaves each bucket with its current owner while that owner stays within the limit, the
@@ -219,9 +222,7 @@ func (a *assignment) fill() {
 				break
 			}
 			if b, ok := a.bestMove(r); ok {
-				a.load[a.owners[b]] -= a.cost[b]
-				a.owners[b] = r
-				a.load[r] += a.cost[b]
+				a.give(b, r)
 				moved = true
 				break
 			}
@@ -247,8 +248,7 @@ func (a *assignment) bestMove(r string) (int, bool) {
 			if owner != d {
 				continue
 			}
-			fits := a.load[r]+a.cost[b] <= a.fillCapacity || a.load[r] == 0
-			if c := a.cost[b]; a.load[r]+c >= a.load[d] || !fits || a.load[d]-c < a.donorFloor {
+			if c := a.cost[b]; a.load[r]+c >= a.load[d] || !a.fitsWithin(r, b, a.fillCapacity) || a.load[d]-c < a.donorFloor {
 				continue
 			}
 			if !found || score(r, b) > score(r, best) {
@@ -315,7 +315,7 @@ func (a *assignment) balance(current []string, total int) (moved bool) {
 	if n < 2 {
 		return false
 	}
-	gain := BalanceGain(total, n)
+	gain := balanceGain(total, n)
 	byLoad := slices.Clone(a.members) // least loaded first, then by name
 	sortByLoad := func() {
 		slices.SortStableFunc(byLoad, func(x, y string) int { return cmp.Compare(a.load[x], a.load[y]) })

@@ -17,8 +17,8 @@ func TestCalm(t *testing.T) {
 	for b := range base {
 		base[b] = 99
 	}
-	if g := BalanceGain(Buckets*100, n); g != 80 {
-		t.Fatalf("BalanceGain = %d, want 80", g)
+	if g := balanceGain(Buckets*100, n); g != 80 {
+		t.Fatalf("balanceGain = %d, want 80", g)
 	}
 	type step struct {
 		after  time.Duration // since start

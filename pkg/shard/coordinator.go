@@ -230,7 +230,7 @@ func (c *coordinator) calm(n int, now time.Time, t Timings) bool {
 		total += 1 + max(w, 0)
 		zero = zero && w == 0
 	}
-	if c.calmSince.IsZero() || drift >= BalanceGain(total, n) {
+	if c.calmSince.IsZero() || drift >= balanceGain(total, n) {
 		c.calmFrom, c.calmSince = c.weights, now
 	}
 	return zero || now.Sub(c.calmSince) >= t.Calm

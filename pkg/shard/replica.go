@@ -48,7 +48,7 @@ type Timings struct {
 	// handing most of them on. It waits at most LeaseDuration + Margin from when it found the ring
 	// cold. Zero takes RenewInterval.
 	Settle time.Duration
-	// Calm is how long the bucket weights must stay within one balancing gain (BalanceGain) of
+	// Calm is how long the bucket weights must stay within one balancing gain of
 	// where they were before the coordinator evens the loads out (AssignBalanced); while they
 	// move, it only keeps them within the bounds (Assign). Zero takes 5 × RenewInterval: every
 	// member has published its weights twice over by then.
